@@ -1,0 +1,102 @@
+"""aoz: asyncio-native, brokerless messaging over ZeroMQ, wire-compatible with OZ.
+
+    import aoz
+
+    async with aoz.connect() as node:                    # joins via the nsd at 127.0.0.1:5756
+        await node.publish("MD.NYSE.IBM", {"bid": 1.0})
+        async with node.subscribe("MD.NYSE.*") as sub:
+            async for msg in sub:
+                print(msg.subject, msg.decode())
+        reply = await node.request("SVC.quote", b"IBM", timeout=1.0)
+
+See docs/ARCHITECTURE.md for the layout and README.md for more.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from .blocking import BlockingNode, BlockingSubscription
+from .config import Settings, load_settings
+from .discovery.peers import Peer, PeerEvent
+from .errors import (
+    AozError,
+    ClosedError,
+    ConfigError,
+    DecodeError,
+    EncodeError,
+    NamingTimeout,
+    NoResponders,
+    RequestError,
+    RequestTimeout,
+    ServiceError,
+    SubjectError,
+    TransportError,
+    WaitTimeout,
+)
+from .message import Message
+from .node import Node, NodeStatistics, ReplyStream, connect
+from .protocol.codecs import Codec
+from .protocol.frames import Kind
+from .services import Service, call, serve, wait_for_service
+from .subscription import Subscription, SubscriptionStatistics
+
+logging.getLogger("aoz").addHandler(logging.NullHandler())
+
+if TYPE_CHECKING:
+    from .discovery.broker import Broker
+    from .discovery.nsd import NamingDaemon
+
+
+def __getattr__(name: str) -> Any:
+    # The daemons are imported on first use: most programs only run nodes.
+    if name == "NamingDaemon":
+        from .discovery.nsd import NamingDaemon
+
+        return NamingDaemon
+    if name == "Broker":
+        from .discovery.broker import Broker
+
+        return Broker
+    raise AttributeError(f"module 'aoz' has no attribute {name!r}")
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AozError",
+    "BlockingNode",
+    "Broker",
+    "BlockingSubscription",
+    "ClosedError",
+    "Codec",
+    "ConfigError",
+    "DecodeError",
+    "EncodeError",
+    "Kind",
+    "Message",
+    "NamingDaemon",
+    "NamingTimeout",
+    "NoResponders",
+    "Node",
+    "NodeStatistics",
+    "Peer",
+    "PeerEvent",
+    "ReplyStream",
+    "RequestError",
+    "RequestTimeout",
+    "Service",
+    "ServiceError",
+    "Settings",
+    "SubjectError",
+    "Subscription",
+    "SubscriptionStatistics",
+    "TransportError",
+    "WaitTimeout",
+    "__version__",
+    "call",
+    "connect",
+    "load_settings",
+    "serve",
+    "wait_for_service",
+]

@@ -1,0 +1,216 @@
+"""Node settings: OZ's settings under Python names, from keywords, environment and files.
+
+Precedence, lowest first: defaults < config file (``AOZ_CONFIG`` or ``config=``) <
+environment variables (``AOZ_<NAME>``) < keyword arguments.
+
+OZ name (``mama.zmq.transport.<t>.``)  ->  aoz name
+    naming.subscribe_address_N/port_N  ->  ``naming`` (list of ``tcp://host:port``)
+    naming.connect_interval            ->  ``connect_interval``
+    naming.connect_retries             ->  ``connect_retries``
+    naming.beacon_interval             ->  ``beacon_interval``
+    reconnect_interval                 ->  ``reconnect_interval``
+    heartbeat_interval                 ->  ``heartbeat_interval``
+    publish_address                    ->  ``publish_address``
+    outgoing_url_N / incoming_url_N    ->  ``bind`` / ``connect`` (static mode)
+
+aoz's defaults suit a local mesh (sub-second healing); OZ's slower WAN values are
+available as :meth:`Settings.oz_defaults`.
+
+Example file (TOML)::
+
+    naming = ["tcp://10.0.0.5:5756", "tcp://10.0.0.6:5756"]
+    beacon_interval = 1.0
+    publish_address = "10.0.0.17"
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from .errors import ConfigError
+
+__all__ = ["Mode", "Overflow", "Settings", "load_settings"]
+
+Mode = Literal["naming", "static", "broker", "udp"]
+Overflow = Literal["drop_newest", "drop_oldest"]
+
+DEFAULT_NSD = "tcp://127.0.0.1:5756"
+
+
+class Settings(msgspec.Struct, kw_only=True, frozen=True):
+    """Everything a node can be configured with. All durations are seconds."""
+
+    #: discovery mode: ``naming`` (nsd), ``static`` (bind/connect lists), ``broker``
+    #: (an XSUB/XPUB forwarder), ``udp`` (nsd-free UDP beacons)
+    mode: Mode = "naming"
+    #: naming daemons' XPUB endpoints (naming mode)
+    naming: list[str] = msgspec.field(default_factory=lambda: [DEFAULT_NSD])
+    #: interface the data PUB binds to (ephemeral port) in naming/udp modes
+    publish_address: str = "127.0.0.1"
+    #: static mode: endpoints the data PUB binds / the data SUB connects to
+    bind: list[str] = msgspec.field(default_factory=list)
+    connect: list[str] = msgspec.field(default_factory=list)
+    #: broker mode: the forwarder's XSUB (we publish into it) and XPUB (we subscribe from it)
+    broker_pub: str | None = None
+    broker_sub: str | None = None
+    #: naming protocol timers (OZ: 0.1 s x 100 retries, 1 s beacons)
+    connect_interval: float = 0.1
+    connect_retries: int = 100
+    beacon_interval: float = 1.0
+    #: a peer with no beacon for this many beacon intervals and its data link down is expired
+    expire_beacons: int = 3
+    #: ZeroMQ reconnect interval for connecting sockets (OZ: 10 s, too slow for a local mesh)
+    reconnect_interval: float = 0.1
+    #: ZeroMQ heartbeat interval/timeout on data and naming links (OZ: 10 s); 0 disables
+    heartbeat_interval: float = 1.0
+    #: UDP beacon discovery (udp mode)
+    udp_port: int = 11312
+    udp_address: str = "127.255.255.255"
+    #: program name announced to peers (default: the running script's short name)
+    program: str | None = None
+    #: per-subscription queue bound and what happens when it is full
+    queue_size: int = 65536
+    overflow: Overflow = "drop_newest"
+    #: ZeroMQ high-water marks of the data sockets (messages)
+    send_hwm: int = 100_000
+    recv_hwm: int = 100_000
+    #: codec used for payloads that are not bytes/str: ``msgpack`` or ``json``
+    default_codec: Literal["msgpack", "json"] = "msgpack"
+    #: socket linger on close, seconds
+    linger: float = 0.1
+
+    def __post_init__(self) -> None:
+        _check(self.connect_interval > 0, "connect_interval must be > 0 seconds")
+        _check(self.connect_retries >= 1, "connect_retries must be >= 1")
+        _check(self.beacon_interval >= 0, "beacon_interval must be >= 0 (0 turns beacons off)")
+        _check(self.expire_beacons >= 1, "expire_beacons must be >= 1")
+        _check(self.reconnect_interval > 0, "reconnect_interval must be > 0 seconds")
+        _check(self.heartbeat_interval >= 0, "heartbeat_interval must be >= 0 (0 disables)")
+        _check(self.queue_size >= 1, "queue_size must be >= 1")
+        _check(0 < self.udp_port < 65536, "udp_port must be within 1..65535")
+        _check(self.linger >= 0, "linger must be >= 0 seconds")
+        if self.mode == "naming":
+            _check(bool(self.naming), "naming mode needs at least one nsd endpoint in `naming`")
+            for ep in self.naming:
+                _check(
+                    ep.startswith("tcp://"),
+                    f"naming endpoint {ep!r} must be a tcp:// address such as {DEFAULT_NSD}",
+                )
+        if self.mode == "static":
+            _check(
+                bool(self.bind or self.connect),
+                "static mode needs `bind` and/or `connect` endpoints",
+            )
+        if self.mode == "broker":
+            _check(
+                bool(self.broker_pub and self.broker_sub),
+                "broker mode needs `broker_pub` (forwarder XSUB) and `broker_sub` (forwarder XPUB)",
+            )
+
+    @classmethod
+    def oz_defaults(cls, **overrides: Any) -> Settings:
+        """OZ's own (WAN-oriented) timer values: 10 s reconnect and heartbeat."""
+        base: dict[str, Any] = {"reconnect_interval": 10.0, "heartbeat_interval": 10.0}
+        base.update(overrides)
+        return load_settings(base, environ={})
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with some fields changed (validated again)."""
+        return load_settings({**msgspec.structs.asdict(self), **changes}, environ={})
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+_LIST_FIELDS = {"naming", "bind", "connect"}
+
+
+def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in Settings.__struct_fields__:
+        raw = environ.get(f"AOZ_{name.upper()}")
+        if raw is None or raw == "":
+            continue
+        if name in _LIST_FIELDS:
+            out[name] = [part.strip() for part in raw.split(",") if part.strip()]
+        else:
+            out[name] = raw
+    return out
+
+
+def _from_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        text = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {p}: {exc.strerror}") from exc
+    try:
+        if p.suffix == ".json":
+            data = msgspec.json.decode(text)
+        else:
+            data = tomllib.loads(text.decode())
+    except (msgspec.DecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {p} is not valid TOML/JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {p} must hold a table of settings")
+    # allow an [aoz] table so the file can be shared with other tools
+    section = data.get("aoz", data)
+    if not isinstance(section, dict):
+        raise ConfigError(f"config file {p}: [aoz] must be a table of settings")
+    return section
+
+
+def _infer_mode(values: dict[str, Any]) -> None:
+    if "mode" in values:
+        return
+    if values.get("broker_pub") or values.get("broker_sub"):
+        values["mode"] = "broker"
+    elif values.get("bind") or values.get("connect"):
+        values["mode"] = "static"
+
+
+def load_settings(
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    config: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Build :class:`Settings` from a file, the environment and keyword overrides.
+
+    ``None`` values in ``overrides`` are ignored, so callers can pass optional
+    arguments straight through. The mode is inferred when not given: ``bind``/
+    ``connect`` mean static, ``broker_pub``/``broker_sub`` mean broker, else naming.
+
+    >>> load_settings({"naming": ["tcp://127.0.0.1:7000"]}, environ={}).naming
+    ['tcp://127.0.0.1:7000']
+    """
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    cfg = config if config is not None else env.get("AOZ_CONFIG")
+    if cfg:
+        values.update(_from_file(cfg))
+    values.update(_from_environ(env))
+    if overrides:
+        values.update({k: v for k, v in overrides.items() if v is not None})
+    unknown = sorted(set(values) - set(Settings.__struct_fields__))
+    if unknown:
+        raise ConfigError(
+            f"unknown setting(s) {', '.join(unknown)}; "
+            f"known: {', '.join(Settings.__struct_fields__)}"
+        )
+    for name in _LIST_FIELDS:
+        if isinstance(values.get(name), str):
+            values[name] = [values[name]]
+    _infer_mode(values)
+    try:
+        return msgspec.convert(values, Settings, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"invalid setting: {exc}") from exc

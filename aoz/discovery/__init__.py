@@ -1,0 +1,1 @@
+"""Discovery: how nodes find each other (naming daemon, UDP beacons, brokered mode)."""

@@ -1,0 +1,188 @@
+"""The naming daemon (nsd, SPEC §4): an XPUB/XSUB proxy that greets with a ``W`` frame.
+
+Nodes connect their naming SUB to the XPUB at the well-known address; every new
+connection is sent the ``W`` welcome (ZeroMQ's XPUB_WELCOME_MSG), whose endpoint field
+names the XSUB, where nodes then connect their naming PUB. The daemon keeps no state,
+so it can be restarted at will; a restart gives a new XSUB port and a new welcome.
+
+Embedded (tests, demos)::
+
+    async with NamingDaemon(host="127.0.0.1", port=0) as nsd:   # port 0 = ephemeral
+        async with aoz.connect(naming=[nsd.endpoint]) as node:
+            ...
+
+Standalone: ``aoz nsd --port 5756`` or ``python -m aoz.discovery.nsd --port 5756``;
+it prints ``aoz nsd ready xpub=... xsub=...`` on stderr and exits 0 on SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+from types import TracebackType
+
+import anyio
+import zmq
+
+from ..errors import AozError, ClosedError
+from ..protocol.naming import NamingFrame, NamingType, encode_naming
+from .broker import ProxyThread, bind_socket, tune
+
+__all__ = ["NamingDaemon", "main", "welcome_frame"]
+
+log = logging.getLogger("aoz.nsd")
+
+DEFAULT_PORT = 5756
+_WILDCARDS = {"*", "0.0.0.0", "::", "[::]", ""}
+
+
+def welcome_frame(xsub_endpoint: str, *, program: str = "nsd") -> bytes:
+    """The ``W`` frame an nsd sends to each new subscriber (uuid empty, endpoint = XSUB).
+
+    >>> len(welcome_frame("tcp://127.0.0.1:40000"))
+    882
+    """
+    frame = NamingFrame(
+        NamingType.WELCOME, program, socket.gethostname(), os.getpid(), "", xsub_endpoint
+    )
+    return encode_naming(frame)
+
+
+class NamingDaemon:
+    """An nsd: XPUB on ``host:port`` (0 = ephemeral), XSUB on an ephemeral port.
+
+    :attr:`endpoint` is the XPUB address (what nodes list in ``naming=[...]``),
+    :attr:`xsub_endpoint` the address announced in the welcome. When ``host`` is a
+    wildcard, ``advertise`` (default: this machine's host name) replaces it in the
+    welcome so remote nodes can connect.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_PORT,
+        *,
+        advertise: str | None = None,
+        program: str = "nsd",
+        heartbeat_interval: float = 1.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.program = program
+        self._advertise = advertise
+        self._heartbeat = heartbeat_interval
+        self._proxy: ProxyThread | None = None
+        self._closed = False
+        self.endpoint = ""
+        self.xsub_endpoint = ""
+
+    @property
+    def running(self) -> bool:
+        return self._proxy is not None and not self._closed
+
+    async def start(self) -> None:
+        """Bind and start forwarding (``async with`` calls this).
+
+        Raises :class:`aoz.TransportError` when the port is taken.
+        """
+        if self._closed or self._proxy is not None:
+            raise ClosedError("a NamingDaemon can be started once; create a new one")
+        ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        xsub = ctx.socket(zmq.XSUB)
+        xpub = ctx.socket(zmq.XPUB)
+        try:
+            for sock in (xsub, xpub):
+                tune(sock, self._heartbeat)
+            xsub_bound = bind_socket(xsub, self.host, 0, "nsd XSUB")
+            self.xsub_endpoint = self._advertised(xsub_bound)
+            xpub.setsockopt(
+                zmq.XPUB_WELCOME_MSG, welcome_frame(self.xsub_endpoint, program=self.program)
+            )
+            self.endpoint = self._advertised(bind_socket(xpub, self.host, self.port, "nsd XPUB"))
+        except BaseException:
+            xsub.close(linger=0)
+            xpub.close(linger=0)
+            ctx.term()
+            raise
+        self._proxy = ProxyThread(ctx, xsub, xpub, name="aoz-nsd")
+        self._proxy.start()
+        log.info("nsd ready: xpub=%s xsub=%s", self.endpoint, self.xsub_endpoint)
+
+    def _advertised(self, bound: str) -> str:
+        host, _, port = bound.removeprefix("tcp://").rpartition(":")
+        if host in _WILDCARDS or self._advertise:
+            host = self._advertise or socket.gethostname()
+        return f"tcp://{host}:{port}"
+
+    async def aclose(self) -> None:
+        """Stop forwarding and release both ports (idempotent)."""
+        self._closed = True
+        if self._proxy is not None:
+            await self._proxy.stop()
+
+    async def __aenter__(self) -> NamingDaemon:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with NamingDaemon(
+            args.bind, args.port, advertise=args.advertise, heartbeat_interval=args.heartbeat
+        ) as nsd:
+            print(
+                f"aoz nsd ready xpub={nsd.endpoint} xsub={nsd.xsub_endpoint} pid={os.getpid()}",
+                file=sys.stderr,
+                flush=True,
+            )
+            async for signum in signals:
+                log.info("nsd stopping on signal %s", signal.Signals(signum).name)
+                break
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a naming daemon until SIGINT/SIGTERM; returns the exit status.
+
+    >>> main(["--port", "5756"])  # doctest: +SKIP
+    """
+    parser = argparse.ArgumentParser(
+        prog="aoz nsd", description="aoz/OZ naming daemon (XPUB/XSUB proxy with a W welcome)"
+    )
+    parser.add_argument("--bind", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help="XPUB port nodes connect to (default 5756)"
+    )
+    parser.add_argument(
+        "--advertise", default=None, help="host name put in the welcome when binding a wildcard"
+    )
+    parser.add_argument(
+        "--heartbeat", type=float, default=1.0, help="ZeroMQ heartbeat interval, s (0 = off)"
+    )
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING...")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=args.log_level.upper(),
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    try:
+        return anyio.run(_serve, args)
+    except AozError as exc:
+        print(f"aoz nsd: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

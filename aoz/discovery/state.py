@@ -1,0 +1,443 @@
+"""The naming protocol (SPEC §5) as a pure state machine: events and ``now`` in, actions out.
+
+Theory of operation
+-------------------
+A node learns about its peers from ``_NAMING`` frames relayed by one or more naming
+daemons (or, in UDP mode, broadcast datagrams). This module decides *what to do*;
+a driver (:mod:`aoz.discovery.driver`, :mod:`aoz.discovery.udp`) owns the sockets and
+the clock and carries the actions out. Nothing here does I/O or reads a clock; every
+input that depends on time takes ``now`` (seconds, any monotonic clock).
+
+Phases::
+
+    IDLE --start--> ANNOUNCING --own C/c heard--> READY --stop--> STOPPED
+                        |                            |
+                        +--deadline passed--> FAILED  +--new welcome: re-announce
+
+- ``start(now)``: starts the deadline of ``connect_retries x connect_interval``.
+  Without an nsd (``require_welcome=False``, UDP mode) announcing starts at once.
+- ``welcome(xsub, now)``: an nsd told us where its XSUB is. A new XSUB endpoint
+  (first contact, a second nsd, or an nsd that restarted) -> ``ConnectNamingPub``
+  and ``C`` every ``connect_interval`` until we hear our own ``C``/``c`` again.
+- ``received(frame, now)``: ``C``/``c`` from an unknown uuid (ours included) ->
+  ``ConnectData`` + ``PeerJoined`` + one ``C`` of ours so late joiners learn about
+  us; a known uuid only refreshes ``last_seen`` (several nsds deliver duplicates).
+  ``D`` -> ``DisconnectData`` + ``PeerLeft``. ``W`` is handled as ``welcome``.
+- ``tick(now)``: repeats ``C`` while announcing, fails at the deadline, sends
+  beacons ``c`` every ``beacon_interval`` (0 = none) and expires dead peers.
+- ``link_state(endpoint, up, now)``: what the node's data SUB monitor says about a
+  peer's link. A peer (never ourselves) whose link is down and that has been silent
+  -- no ``C``/``c`` and no live link -- for ``expire_window`` seconds is expired
+  (``DisconnectData`` + ``PeerExpired``). ``expire_window`` is
+  ``expire_beacons x beacon_interval``, or ``expire_beacons x 1 s`` with beacons off
+  (then only the link state can tell, so a peer whose link was never seen up is
+  kept: OZ itself never forgets a peer).
+- ``stop()``: ``D`` once, then every input is ignored.
+
+Hostile or malformed input (an endpoint that is not ``tcp://host:port``, a uuid that
+is not a uuid, our own uuid with someone else's endpoint) is counted in
+:attr:`NamingState.counters` and ignored; it never produces a ``ConnectData``.
+
+>>> st = NamingState(uuid="3669840e-d043-11ea-adc2-fcaa146e6b01",
+...                  endpoint="tcp://127.0.0.1:4000", program="p", host="h", pid=1)
+>>> st.start(0.0)
+[]
+>>> st.welcome("tcp://127.0.0.1:5000", 0.0)
+[ConnectNamingPub(endpoint='tcp://127.0.0.1:5000'), SendNaming(type=<NamingType.CONNECT: b'C'>)]
+>>> [type(a).__name__ for a in st.received(st.frame(NamingType.CONNECT), 0.05)]
+['ConnectData', 'PeerJoined', 'Ready']
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import TypeAlias
+
+from ..protocol.naming import NamingFrame, NamingType, is_tcp_endpoint, is_uuid
+from .peers import Peer
+
+__all__ = [
+    "Action",
+    "ConnectData",
+    "ConnectNamingPub",
+    "DisconnectData",
+    "Failed",
+    "NamingState",
+    "PeerExpired",
+    "PeerJoined",
+    "PeerLeft",
+    "Phase",
+    "Ready",
+    "SendNaming",
+]
+
+
+# ---------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectNamingPub:
+    """Connect the naming PUB to an nsd's XSUB endpoint."""
+
+    endpoint: str
+
+
+@dataclass(frozen=True, slots=True)
+class SendNaming:
+    """Send our own naming frame of this type (see :meth:`NamingState.frame`)."""
+
+    type: NamingType
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectData:
+    """Connect the data SUB to a peer's PUB endpoint."""
+
+    endpoint: str
+
+
+@dataclass(frozen=True, slots=True)
+class DisconnectData:
+    """Disconnect the data SUB from a peer's PUB endpoint."""
+
+    endpoint: str
+
+
+@dataclass(frozen=True, slots=True)
+class PeerJoined:
+    peer: Peer
+
+
+@dataclass(frozen=True, slots=True)
+class PeerLeft:
+    peer: Peer
+
+
+@dataclass(frozen=True, slots=True)
+class PeerExpired:
+    peer: Peer
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """Our own announcement came back: the node may be used."""
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """Announcing never succeeded before the deadline."""
+
+    reason: str
+    welcomed: bool
+
+
+Action: TypeAlias = (
+    ConnectNamingPub
+    | SendNaming
+    | ConnectData
+    | DisconnectData
+    | PeerJoined
+    | PeerLeft
+    | PeerExpired
+    | Ready
+    | Failed
+)
+
+
+class Phase(enum.Enum):
+    IDLE = "idle"
+    ANNOUNCING = "announcing"
+    READY = "ready"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+@dataclass(slots=True)
+class _Entry:
+    peer: Peer
+    seen: float  # last C/c, in the state machine's clock
+    link_seen: float | None = None  # last time the data link was reported up
+    link_up: bool = False
+
+
+@dataclass(slots=True)
+class _Counters:
+    values: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(
+            (
+                "naming_in",
+                "naming_malformed",
+                "naming_conflicts",
+                "welcomes",
+                "peers_joined",
+                "peers_left",
+                "peers_expired",
+            ),
+            0,
+        )
+    )
+
+    def add(self, name: str, n: int = 1) -> None:
+        self.values[name] = self.values.get(name, 0) + n
+
+
+class NamingState:
+    """The naming protocol of one node. See the module docstring.
+
+    ``wall_offset`` is added to ``now`` for the :attr:`Peer.last_seen` values handed
+    out, so a driver can run the machine on a monotonic clock and still report
+    ``time.time()`` values to users.
+    """
+
+    def __init__(
+        self,
+        *,
+        uuid: str,
+        endpoint: str,
+        program: str,
+        host: str,
+        pid: int,
+        connect_interval: float = 0.1,
+        connect_retries: int = 100,
+        beacon_interval: float = 1.0,
+        expire_beacons: int = 3,
+        require_welcome: bool = True,
+        wall_offset: float = 0.0,
+    ) -> None:
+        self.uuid = uuid
+        self.endpoint = endpoint
+        self.program = program
+        self.host = host
+        self.pid = pid
+        self.connect_interval = connect_interval
+        self.connect_retries = connect_retries
+        self.beacon_interval = beacon_interval
+        self.expire_beacons = expire_beacons
+        self.require_welcome = require_welcome
+        self.wall_offset = wall_offset
+        self.phase = Phase.IDLE
+        self._counters = _Counters()
+        self._peers: dict[str, _Entry] = {}
+        self._by_endpoint: dict[str, str] = {}  # data endpoint -> uuid holding it
+        self._xsubs: list[str] = []
+        self._deadline = 0.0
+        # re-announce C until our own C/c comes back (after start and each new welcome)
+        self._announce = False
+        self._announce_sent = 0
+        self._next_announce = 0.0
+        self._next_beacon = 0.0
+
+    # ---------------------------------------------------------------- views
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """A copy of the counters (``naming_in``, ``naming_malformed``, ``peers_expired``...)."""
+        return dict(self._counters.values)
+
+    @property
+    def peers(self) -> list[Peer]:
+        """Every known node, this one included once its own announcement came back."""
+        return [e.peer for e in self._peers.values()]
+
+    @property
+    def xsub_endpoints(self) -> list[str]:
+        """The nsd XSUB endpoints the naming PUB was told to connect to."""
+        return list(self._xsubs)
+
+    @property
+    def expire_window(self) -> float:
+        """Seconds of silence (and a down link) after which a peer is expired."""
+        interval = self.beacon_interval if self.beacon_interval > 0 else 1.0
+        return self.expire_beacons * interval
+
+    def peer_endpoints(self) -> list[str]:
+        """Data endpoints of the peers whose link state the driver should report."""
+        return [e.peer.endpoint for u, e in self._peers.items() if u != self.uuid]
+
+    def frame(self, ftype: NamingType) -> NamingFrame:
+        """Our own naming frame of the given type."""
+        return NamingFrame(ftype, self.program, self.host, self.pid, self.uuid, self.endpoint)
+
+    # ---------------------------------------------------------------- inputs
+
+    def start(self, now: float) -> list[Action]:
+        """Begin announcing; the deadline is ``connect_retries x connect_interval`` away."""
+        if self.phase is not Phase.IDLE:
+            return []
+        self.phase = Phase.ANNOUNCING
+        self._deadline = now + self.connect_retries * self.connect_interval
+        if self.require_welcome:
+            return []
+        return self._begin_announcing(now)
+
+    def welcome(self, xsub_endpoint: str, now: float) -> list[Action]:
+        """An nsd's welcome named its XSUB endpoint."""
+        if self.phase in (Phase.IDLE, Phase.FAILED, Phase.STOPPED):
+            return []
+        if not is_tcp_endpoint(xsub_endpoint):
+            self._counters.add("naming_malformed")
+            return []
+        if xsub_endpoint in self._xsubs:
+            return []
+        self._counters.add("welcomes")
+        self._xsubs.append(xsub_endpoint)
+        out: list[Action] = [ConnectNamingPub(xsub_endpoint)]
+        out.extend(self._begin_announcing(now))
+        return out
+
+    def received(self, frame: NamingFrame, now: float) -> list[Action]:
+        """A naming frame arrived (already decoded)."""
+        if self.phase in (Phase.IDLE, Phase.FAILED, Phase.STOPPED):
+            return []
+        self._counters.add("naming_in")
+        if frame.type is NamingType.WELCOME:
+            return self.welcome(frame.endpoint, now)
+        if not is_uuid(frame.uuid) or not is_tcp_endpoint(frame.endpoint):
+            self._counters.add("naming_malformed")
+            return []
+        if frame.type is NamingType.DISCONNECT:
+            return self._disconnect(frame)
+        return self._announced(frame, now)
+
+    def tick(self, now: float) -> list[Action]:
+        """Time passed: repeat announcements, check the deadline, beacon, expire peers."""
+        out: list[Action] = []
+        if self.phase is Phase.ANNOUNCING and now >= self._deadline:
+            self.phase = Phase.FAILED
+            welcomed = bool(self._xsubs) or not self.require_welcome
+            if welcomed:
+                reason = "no naming daemon forwarded this node's announcement"
+            else:
+                reason = "no naming daemon answered (no welcome received)"
+            return [Failed(reason, welcomed)]
+        if self.phase not in (Phase.ANNOUNCING, Phase.READY):
+            return out
+        if self._announce and now >= self._next_announce:
+            if self.phase is Phase.READY and self._announce_sent >= self.connect_retries:
+                self._announce = False  # nobody forwards our C; beacons keep trying
+            else:
+                out.append(SendNaming(NamingType.CONNECT))
+                self._announce_sent += 1
+                self._next_announce = max(self._next_announce + self.connect_interval, now)
+        if self.phase is Phase.READY:
+            if self.beacon_interval > 0 and now >= self._next_beacon:
+                out.append(SendNaming(NamingType.BEACON))
+                self._next_beacon = max(self._next_beacon + self.beacon_interval, now)
+            out.extend(self._expire(now))
+        return out
+
+    def link_state(self, endpoint: str, up: bool, now: float) -> list[Action]:
+        """The data SUB's link to ``endpoint`` is (``up``) or is not connected."""
+        uuid = self._by_endpoint.get(endpoint)
+        if uuid is None or uuid == self.uuid or self.phase is not Phase.READY:
+            return []
+        entry = self._peers[uuid]
+        entry.link_up = up
+        if up:
+            entry.link_seen = now
+            return []
+        return self._expire(now, only=uuid)
+
+    def stop(self) -> list[Action]:
+        """Leave: one ``D`` if we ever announced, then ignore every input."""
+        announced = self.phase in (Phase.ANNOUNCING, Phase.READY) and (
+            bool(self._xsubs) or not self.require_welcome
+        )
+        self.phase = Phase.STOPPED
+        self._announce = False
+        return [SendNaming(NamingType.DISCONNECT)] if announced else []
+
+    # ---------------------------------------------------------------- internals
+
+    def _begin_announcing(self, now: float) -> list[Action]:
+        self._announce = True
+        self._announce_sent = 1
+        self._next_announce = now + self.connect_interval
+        return [SendNaming(NamingType.CONNECT)]
+
+    def _peer(self, frame: NamingFrame, now: float) -> Peer:
+        return Peer(
+            uuid=frame.uuid,
+            program=frame.program,
+            host=frame.host,
+            pid=frame.pid,
+            endpoint=frame.endpoint,
+            last_seen=now + self.wall_offset,
+        )
+
+    def _announced(self, frame: NamingFrame, now: float) -> list[Action]:
+        out: list[Action] = []
+        own = frame.uuid == self.uuid
+        if own and frame.endpoint != self.endpoint:
+            # someone announces our uuid with another address: never connect to it
+            self._counters.add("naming_conflicts")
+            return out
+        entry = self._peers.get(frame.uuid)
+        if entry is not None:
+            if entry.peer.endpoint != frame.endpoint:
+                self._counters.add("naming_conflicts")
+                return out
+            entry.seen = now
+            if own:
+                out.extend(self._heard_own(now))
+            return out
+        # a new uuid; a previous holder of the same endpoint (a process that died
+        # without D, whose port was reused) is superseded
+        previous = self._by_endpoint.get(frame.endpoint)
+        if previous is not None:
+            old = self._peers.pop(previous)
+            self._counters.add("peers_expired")
+            out.append(PeerExpired(old.peer))
+        peer = self._peer(frame, now)
+        self._peers[frame.uuid] = _Entry(peer=peer, seen=now)
+        self._by_endpoint[frame.endpoint] = frame.uuid
+        self._counters.add("peers_joined")
+        out.append(ConnectData(frame.endpoint))
+        out.append(PeerJoined(peer))
+        # tell the newcomer about us (OZ's late-joiner rule); our own first C
+        # needs no echo
+        if not own:
+            out.append(SendNaming(NamingType.CONNECT))
+        else:
+            out.extend(self._heard_own(now))
+        return out
+
+    def _heard_own(self, now: float) -> list[Action]:
+        self._announce = False
+        if self.phase is Phase.ANNOUNCING:
+            self.phase = Phase.READY
+            self._next_beacon = now + self.beacon_interval
+            return [Ready()]
+        return []
+
+    def _disconnect(self, frame: NamingFrame) -> list[Action]:
+        entry = self._peers.get(frame.uuid)
+        if entry is None or frame.uuid == self.uuid:
+            return []
+        if entry.peer.endpoint != frame.endpoint:
+            self._counters.add("naming_conflicts")
+            return []
+        return self._forget(frame.uuid, PeerLeft(entry.peer), "peers_left")
+
+    def _forget(self, uuid: str, event: PeerLeft | PeerExpired, counter: str) -> list[Action]:
+        entry = self._peers.pop(uuid)
+        self._by_endpoint.pop(entry.peer.endpoint, None)
+        self._counters.add(counter)
+        return [DisconnectData(entry.peer.endpoint), event]
+
+    def _expire(self, now: float, only: str | None = None) -> list[Action]:
+        window = self.expire_window
+        beacons = self.beacon_interval > 0
+        out: list[Action] = []
+        candidates = [only] if only is not None else list(self._peers)
+        for uuid in candidates:
+            entry = self._peers[uuid]
+            if uuid == self.uuid or entry.link_up:
+                continue
+            if not beacons and entry.link_seen is None:
+                continue  # beacons off and the link was never up: no evidence either way
+            last = max(entry.seen, entry.link_seen or entry.seen)
+            if now - last > window:
+                out.extend(self._forget(uuid, PeerExpired(entry.peer), "peers_expired"))
+        return out

@@ -1,0 +1,124 @@
+"""aoz's exceptions: one base class, names by meaning.
+
+Every error aoz raises on purpose derives from :class:`AozError`, so
+``except aoz.AozError`` catches them all. Foreign exceptions (``zmq.ZMQError``,
+``msgspec`` errors, ``UnicodeDecodeError``...) are translated where they enter aoz.
+
+::
+
+    AozError
+    ├── DecodeError            bytes from the network are not a valid frame or payload
+    ├── EncodeError            a value cannot be encoded with the chosen codec (also TypeError)
+    ├── SubjectError           a subject or subscription pattern is invalid (also ValueError)
+    ├── ConfigError            a setting or config file is invalid (also ValueError)
+    ├── ClosedError            the node (or subscription) is closed
+    ├── RequestError
+    │   ├── RequestTimeout     no (more) replies before the deadline (also TimeoutError)
+    │   └── NoResponders       nobody subscribes to the request's subject
+    ├── NamingTimeout          no nsd forwarded our announcement in time (also TimeoutError)
+    ├── WaitTimeout            waiting for a message/subscriber/peer ran out (also TimeoutError)
+    ├── TransportError         ZeroMQ refused an operation (bad endpoint, address in use...)
+    └── ServiceError           a named service call failed on the remote side
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AozError",
+    "ClosedError",
+    "ConfigError",
+    "DecodeError",
+    "EncodeError",
+    "NamingTimeout",
+    "NoResponders",
+    "RequestError",
+    "RequestTimeout",
+    "ServiceError",
+    "SubjectError",
+    "TransportError",
+    "WaitTimeout",
+]
+
+
+class AozError(Exception):
+    """Base class of every error aoz raises."""
+
+
+class DecodeError(AozError, ValueError):
+    """Bytes could not be decoded as a frame or payload.
+
+    ``what`` names the thing being decoded (``"frame"``, ``"naming frame"``...).
+    """
+
+    def __init__(self, message: str, *, what: str = "frame") -> None:
+        super().__init__(message)
+        self.what = what
+
+
+class EncodeError(AozError, TypeError):
+    """A value could not be encoded as a payload with the chosen codec."""
+
+
+class SubjectError(AozError, ValueError):
+    """A subject or subscription pattern is not valid."""
+
+    def __init__(self, message: str, *, subject: str | bytes | None = None) -> None:
+        super().__init__(message)
+        self.subject = subject
+
+
+class ConfigError(AozError, ValueError):
+    """A setting is invalid, or a configuration source could not be read."""
+
+
+class ClosedError(AozError):
+    """The node or subscription has been closed; it cannot be used any more."""
+
+
+class RequestError(AozError):
+    """A request did not get the answer it asked for."""
+
+    def __init__(self, message: str, *, subject: str) -> None:
+        super().__init__(message)
+        self.subject = subject
+
+
+class RequestTimeout(RequestError, TimeoutError):
+    """No reply (or not enough replies) arrived before the request's deadline."""
+
+    def __init__(self, message: str, *, subject: str, timeout: float) -> None:
+        super().__init__(message, subject=subject)
+        self.timeout = timeout
+
+
+class NoResponders(RequestError):
+    """Nobody subscribes to the request's subject, so no reply can come."""
+
+
+class NamingTimeout(AozError, TimeoutError):
+    """No naming daemon forwarded this node's announcement within the allowed time."""
+
+    def __init__(self, message: str, *, endpoints: list[str], timeout: float) -> None:
+        super().__init__(message)
+        self.endpoints = endpoints
+        self.timeout = timeout
+
+
+class WaitTimeout(AozError, TimeoutError):
+    """Waiting for a message, a subscriber, a peer or a service took longer than allowed."""
+
+    def __init__(self, message: str, *, timeout: float) -> None:
+        super().__init__(message)
+        self.timeout = timeout
+
+
+class TransportError(AozError):
+    """ZeroMQ refused an operation (invalid endpoint, address in use, ...)."""
+
+
+class ServiceError(AozError):
+    """A named service answered with an error."""
+
+    def __init__(self, message: str, *, service: str) -> None:
+        super().__init__(message)
+        self.service = service

@@ -1,0 +1,111 @@
+"""What a subscriber receives: :class:`Message`.
+
+A message keeps the frame exactly as it came off the wire and parses the parts a
+consumer asks for, so a subscriber that only counts or forwards messages pays for
+almost nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from .errors import AozError
+from .protocol.codecs import Codec, decode_payload, split_payload
+from .protocol.frames import Kind
+
+if TYPE_CHECKING:
+    from .node import Node
+
+__all__ = ["Message"]
+
+T = TypeVar("T")
+
+
+class Message:
+    """One received publication, request or reply.
+
+    >>> # inside `async for msg in node.subscribe("MD.>")`:
+    >>> # msg.subject == "MD.NYSE.IBM"; msg.decode(Quote) -> Quote(...)
+
+    Attributes:
+        subject: the message's real subject (also for wildcard subscriptions).
+        kind: :class:`aoz.protocol.frames.Kind` (``PUBLISH``, ``REQUEST`` or ``REPLY``).
+        reply: the reply handle (``_INBOX.<uuid>.<serial>``) of a request, else ``None``.
+        received_at: ``time.time()`` when the node read the frame (seconds).
+    """
+
+    __slots__ = ("_frame", "_node", "_start", "kind", "received_at", "reply", "subject")
+
+    def __init__(
+        self,
+        subject: str,
+        kind: Kind,
+        reply: str | None,
+        frame: bytes,
+        payload_start: int,
+        received_at: float,
+        node: Node | None,
+    ) -> None:
+        self.subject = subject
+        self.kind = kind
+        self.reply = reply
+        self.received_at = received_at
+        self._frame = frame
+        self._start = payload_start
+        self._node = node
+
+    @property
+    def payload(self) -> bytes:
+        """The whole payload as on the wire, codec byte included."""
+        return self._frame[self._start :]
+
+    @property
+    def codec(self) -> Codec:
+        """The payload's codec, from its first byte (``Codec.UNKNOWN`` for foreign payloads)."""
+        return split_payload(self.payload)[0]
+
+    @property
+    def data(self) -> bytes:
+        """The payload without its codec byte (the whole payload for unknown codecs)."""
+        return split_payload(self.payload)[1]
+
+    @property
+    def frame(self) -> bytes:
+        """The complete ZeroMQ frame (SPEC §1 layout)."""
+        return self._frame
+
+    @overload
+    def decode(self, type: None = None) -> Any: ...
+    @overload
+    def decode(self, type: type[T]) -> T: ...
+    def decode(self, type: type[T] | None = None) -> Any:
+        """Decode the payload with its codec, into ``type`` when given.
+
+        msgpack/JSON payloads give Python objects (or a ``msgspec.Struct``, dataclass,
+        ...); text gives ``str``; raw bytes give ``bytes``. Raises
+        :class:`aoz.DecodeError` if the payload does not fit.
+
+        >>> quote = msg.decode(Quote)  # doctest: +SKIP
+        """
+        codec, body = split_payload(self.payload)
+        return decode_payload(codec, body, type)
+
+    async def respond(self, data: object = b"", *, codec: Codec | None = None) -> None:
+        """Answer a request: publish ``data`` to the requester's inbox.
+
+        >>> async for req in node.subscribe("SVC.time"):  # doctest: +SKIP
+        ...     await req.respond({"now": time.time()})
+        """
+        if self.reply is None:
+            raise AozError(
+                f"message on {self.subject!r} is a {self.kind.name.lower()}, not a request: "
+                "only requests (node.request / request_many) can be answered"
+            )
+        if self._node is None:
+            raise AozError("this message is not attached to a node, so it cannot be answered")
+        self._node._publish_reply(self.reply, data, codec)
+
+    def __repr__(self) -> str:
+        size = len(self._frame) - self._start
+        extra = f" reply={self.reply!r}" if self.reply else ""
+        return f"<Message {self.kind.name.lower()} {self.subject!r} {size} B{extra}>"

@@ -1,0 +1,234 @@
+"""Payload codecs: the first payload byte names how the rest is encoded. Pure.
+
+=====  =============  ===============================================
+id     codec          chosen by :func:`encode_payload` for
+=====  =============  ===============================================
+0x00   ``RAW``        ``bytes``, ``bytearray``, ``memoryview``
+0x01   ``MSGPACK``    anything else (the default), via msgspec
+0x02   ``JSON``       ``codec=Codec.JSON`` (or ``default=Codec.JSON``)
+0x03   ``TEXT``       ``str`` (UTF-8)
+=====  =============  ===============================================
+
+An empty payload is raw and empty. A payload whose first byte is none of these (an OZ
+peer's own payload, say) is :attr:`Codec.UNKNOWN` and is delivered whole, as raw bytes:
+it is never dropped. msgspec errors are translated here into :mod:`aoz.errors`.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Final, TypeVar
+
+import msgspec
+
+from ..errors import DecodeError, EncodeError
+
+__all__ = ["Codec", "decode_payload", "encode_payload", "split_payload"]
+
+T = TypeVar("T")
+
+
+class Codec(enum.IntEnum):
+    """Payload codec ids (the first payload byte); ``UNKNOWN`` is never sent."""
+
+    UNKNOWN = -1
+    RAW = 0
+    MSGPACK = 1
+    JSON = 2
+    TEXT = 3
+
+
+_ID_RAW: Final = b"\x00"
+_ID_MSGPACK: Final = b"\x01"
+_ID_JSON: Final = b"\x02"
+_ID_TEXT: Final = b"\x03"
+_BY_ID: Final = (Codec.RAW, Codec.MSGPACK, Codec.JSON, Codec.TEXT)
+_BYTES_LIKE: Final = (bytes, bytearray, memoryview)
+
+# One encoder/decoder per codec, reused for every message (msgspec's perf advice).
+_MSGPACK_ENC: Final = msgspec.msgpack.Encoder()
+_JSON_ENC: Final = msgspec.json.Encoder()
+_MSGPACK_DEC: Final = msgspec.msgpack.Decoder()
+_JSON_DEC: Final = msgspec.json.Decoder()
+
+_TYPED_CACHE_MAX: Final = 128
+_typed: dict[tuple[Codec, Any], msgspec.msgpack.Decoder[Any] | msgspec.json.Decoder[Any]] = {}
+
+
+def _as_codec(codec: object, what: str) -> Codec:
+    if isinstance(codec, Codec):
+        return codec
+    try:
+        return Codec(codec)  # type: ignore[arg-type]
+    except (ValueError, TypeError):
+        names = ", ".join(c.name for c in _BY_ID)
+        raise EncodeError(f"{what} {codec!r} is not a payload codec; use one of {names}") from None
+
+
+def encode_payload(
+    data: object, codec: Codec | None = None, *, default: Codec = Codec.MSGPACK
+) -> bytes:
+    """Encode ``data`` as a payload: the codec id byte, then the body.
+
+    With ``codec=None`` the codec follows the type: bytes-like -> RAW, ``str`` -> TEXT,
+    anything else -> ``default``. MSGPACK and JSON take any value msgspec can encode
+    (dicts, lists, numbers, ``msgspec.Struct``, dataclasses...). Raises
+    :class:`aoz.errors.EncodeError` when ``data`` does not fit the codec.
+
+    >>> encode_payload(b"hi"), encode_payload("hi"), encode_payload({"a": 1})
+    (b'\\x00hi', b'\\x03hi', b'\\x01\\x81\\xa1a\\x01')
+    """
+    if codec is None:
+        if isinstance(data, bytes):
+            return _ID_RAW + data
+        if isinstance(data, str):
+            return _ID_TEXT + _encode_text(data)
+        if isinstance(data, bytearray | memoryview):
+            return _ID_RAW + bytes(data)
+        codec = _as_codec(default, "default codec")
+    else:
+        codec = _as_codec(codec, "codec")
+    if codec is Codec.MSGPACK:
+        return _ID_MSGPACK + _encode_msgspec(_MSGPACK_ENC, data, "msgpack")
+    if codec is Codec.JSON:
+        return _ID_JSON + _encode_msgspec(_JSON_ENC, data, "JSON")
+    if codec is Codec.RAW:
+        if not isinstance(data, _BYTES_LIKE):
+            raise EncodeError(
+                f"the RAW codec needs bytes, bytearray or memoryview, not {type(data).__name__}; "
+                "encode it first or use codec=Codec.MSGPACK / Codec.JSON / Codec.TEXT"
+            )
+        return _ID_RAW + bytes(data)
+    if codec is Codec.TEXT:
+        if not isinstance(data, str):
+            raise EncodeError(
+                f"the TEXT codec needs a str, not {type(data).__name__}; "
+                "use codec=Codec.RAW for bytes or Codec.MSGPACK / Codec.JSON for objects"
+            )
+        return _ID_TEXT + _encode_text(data)
+    raise EncodeError(
+        f"cannot encode with codec {codec.name}; use RAW, MSGPACK, JSON or TEXT "
+        "(UNKNOWN only describes payloads received from others)"
+    )
+
+
+def _encode_text(data: str) -> bytes:
+    try:
+        return data.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise EncodeError(
+            f"text cannot be encoded as UTF-8 ({exc.reason} at index {exc.start}); "
+            "remove lone surrogates or send bytes with Codec.RAW"
+        ) from None
+
+
+def _encode_msgspec(
+    encoder: msgspec.msgpack.Encoder | msgspec.json.Encoder, data: object, name: str
+) -> bytes:
+    try:
+        return encoder.encode(data)
+    except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
+        raise EncodeError(
+            f"cannot encode a {type(data).__name__} as {name}: {exc}; send dicts, lists, "
+            "numbers, str, msgspec.Struct or dataclasses, or bytes with codec=Codec.RAW"
+        ) from None
+
+
+def split_payload(payload: bytes) -> tuple[Codec, bytes]:
+    """Split a payload into its codec and body.
+
+    An empty payload is ``(RAW, b"")``; an unknown first byte gives ``(UNKNOWN, payload)``
+    with the payload whole.
+
+    >>> split_payload(b"\\x03hi"), split_payload(b"\\x7fOZ")
+    ((<Codec.TEXT: 3>, b'hi'), (<Codec.UNKNOWN: -1>, b'\\x7fOZ'))
+    """
+    if not payload:
+        return Codec.RAW, b""
+    first = payload[0]
+    if first < 4:
+        return _BY_ID[first], payload[1:]
+    return Codec.UNKNOWN, payload
+
+
+def _typed_decoder(
+    codec: Codec, type_: Any
+) -> msgspec.msgpack.Decoder[Any] | msgspec.json.Decoder[Any]:
+    try:
+        key = (codec, type_)
+        hit = _typed.get(key)
+    except TypeError:  # unhashable type expression: build it, don't cache it
+        key, hit = None, None
+    if hit is not None:
+        return hit
+    try:
+        dec: msgspec.msgpack.Decoder[Any] | msgspec.json.Decoder[Any] = (
+            msgspec.msgpack.Decoder(type_)
+            if codec is Codec.MSGPACK
+            else msgspec.json.Decoder(type_)
+        )
+    except (TypeError, ValueError) as exc:
+        raise DecodeError(
+            f"cannot decode into {type_!r}: {exc}; use a type msgspec supports "
+            "(msgspec.Struct, dataclass, dict[str, int], list[float], ...)",
+            what="payload",
+        ) from None
+    if key is not None:
+        if len(_typed) >= _TYPED_CACHE_MAX:
+            del _typed[next(iter(_typed))]  # oldest first; the set of types is usually tiny
+        _typed[key] = dec
+    return dec
+
+
+def decode_payload(codec: Codec, body: bytes, type: type[T] | None = None) -> Any:
+    """Decode a payload body (as returned by :func:`split_payload`).
+
+    RAW and UNKNOWN give ``bytes``; TEXT gives ``str``; MSGPACK and JSON give Python
+    objects, or an instance of ``type`` (a ``msgspec.Struct``, dataclass, ``int``,
+    ``dict[str, float]``...) when it is given. Raises :class:`aoz.errors.DecodeError`
+    when the body is invalid or does not fit ``type``.
+
+    >>> decode_payload(*split_payload(encode_payload({"a": 1})))
+    {'a': 1}
+    """
+    if codec is Codec.MSGPACK or codec is Codec.JSON:
+        name = "msgpack" if codec is Codec.MSGPACK else "JSON"
+        if type is None:
+            dec: msgspec.msgpack.Decoder[Any] | msgspec.json.Decoder[Any] = (
+                _MSGPACK_DEC if codec is Codec.MSGPACK else _JSON_DEC
+            )
+        else:
+            dec = _typed_decoder(codec, type)
+        try:
+            return dec.decode(body)
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
+            target = "" if type is None else f" into {getattr(type, '__name__', type)!s}"
+            raise DecodeError(f"invalid {name} payload{target}: {exc}", what="payload") from None
+    if codec is Codec.TEXT:
+        if type is None or type is str:
+            try:
+                return body.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DecodeError(
+                    f"text payload is not valid UTF-8: {exc.reason} at byte {exc.start}",
+                    what="payload",
+                ) from None
+        if type is bytes:
+            return bytes(body)
+        raise DecodeError(
+            f"the payload is text (codec TEXT); it decodes to str, not {_type_name(type)}",
+            what="payload",
+        )
+    if codec is Codec.RAW or codec is Codec.UNKNOWN:
+        if type is None or type is bytes:
+            return bytes(body)
+        raise DecodeError(
+            f"the payload is raw bytes (codec {codec.name}), not {_type_name(type)}; "
+            "read msg.data, or decode with type=None or bytes",
+            what="payload",
+        )
+    raise DecodeError(f"{codec!r} is not a payload codec", what="payload")
+
+
+def _type_name(t: object) -> str:
+    return str(getattr(t, "__name__", t))

@@ -1,0 +1,258 @@
+"""Bounded, cancel-safe queues that consumers read with ``async for``.
+
+:class:`Mailbox` is the one queue type aoz uses between its receive task and user
+code: a deque with a hard limit, an overflow policy (``drop_newest`` keeps what is
+queued and discards the arrival; ``drop_oldest`` discards the head to make room),
+drop counters, and at most one waiter future. The producer never blocks and never
+awaits; a consumer that is cancelled while waiting loses nothing, because items
+only leave the deque when a consumer takes them.
+
+:class:`Subscription` is a mailbox of :class:`~aoz.message.Message` bound to a
+subject pattern; it is an async iterator and an async context manager.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+import msgspec
+
+from .config import Overflow
+from .errors import ClosedError, WaitTimeout
+
+if TYPE_CHECKING:
+    from .message import Message
+    from .protocol.subjects import Pattern
+
+__all__ = ["Mailbox", "Subscription", "SubscriptionStatistics"]
+
+T = TypeVar("T")
+
+
+class SubscriptionStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """Counters of one subscription (or other mailbox)."""
+
+    pattern: str
+    received: int  #: messages that matched and were offered to the queue
+    dropped: int  #: messages discarded by the overflow policy
+    pending: int  #: messages queued, not yet consumed
+    queue_size: int
+    overflow: Overflow
+
+
+class Mailbox(Generic[T]):
+    """A bounded single-consumer queue fed synchronously from the event loop."""
+
+    __slots__ = (
+        "_closed",
+        "_error",
+        "_limit",
+        "_on_close",
+        "_queue",
+        "_waiter",
+        "drop_oldest",
+        "dropped",
+        "overflow",
+        "received",
+    )
+
+    def __init__(
+        self,
+        limit: int,
+        overflow: Overflow = "drop_newest",
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
+        self._queue: deque[T] = deque()
+        self._limit = limit
+        self.overflow: Overflow = overflow
+        self.drop_oldest = overflow == "drop_oldest"
+        self._waiter: asyncio.Future[None] | None = None
+        self._closed = False
+        self._error: BaseException | None = None
+        self._on_close = on_close
+        self.received = 0
+        self.dropped = 0
+
+    # -- producer side (event loop, never blocks) -------------------------------------------
+    def push(self, item: T) -> None:
+        self.received += 1
+        q = self._queue
+        if len(q) >= self._limit:
+            self.dropped += 1
+            if not self.drop_oldest:
+                return
+            q.popleft()
+        q.append(item)
+        w = self._waiter
+        if w is not None:
+            self._waiter = None
+            if not w.done():
+                w.set_result(None)
+
+    def _wake(self) -> None:
+        w = self._waiter
+        self._waiter = None
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def close(self, error: BaseException | None = None) -> None:
+        """End iteration. With ``error``, consumers get that exception instead of the end."""
+        if self._closed:
+            return
+        self._closed = True
+        self._error = error
+        self._queue.clear()
+        self._wake()
+        cb, self._on_close = self._on_close, None
+        if cb is not None:
+            cb()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    # -- consumer side -----------------------------------------------------------------------
+    async def _wait(self) -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiter = fut
+        try:
+            await fut
+        finally:
+            if self._waiter is fut:
+                self._waiter = None
+
+    def _ended(self) -> BaseException:
+        return self._error if self._error is not None else StopAsyncIteration()
+
+    async def _get(self) -> T:
+        while True:
+            if self._queue:
+                return self._queue.popleft()
+            if self._closed:
+                raise self._ended()
+            await self._wait()
+
+    async def _get_batch(self, max_size: int) -> list[T]:
+        while not self._queue:
+            if self._closed:
+                raise self._ended()
+            await self._wait()
+        q = self._queue
+        n = min(len(q), max_size)
+        if n == len(q):
+            out = list(q)
+            q.clear()
+            return out
+        return [q.popleft() for _ in range(n)]
+
+    def get_nowait(self) -> T | None:
+        """The next item if one is queued, else ``None`` (never waits)."""
+        return self._queue.popleft() if self._queue else None
+
+
+class Subscription(Mailbox["Message"]):
+    """Messages matching a subject pattern, consumed with ``async for``.
+
+    Use it as an async context manager so it is removed when you are done::
+
+        async with node.subscribe("MD.NYSE.*") as sub:
+            async for msg in sub:
+                print(msg.subject, msg.decode())
+
+    Plain ``async for msg in node.subscribe(...)`` works too; the subscription then
+    lives until :meth:`aclose` or until the node closes.
+
+    The queue holds at most ``queue_size`` messages; when a consumer falls behind, the
+    overflow policy drops messages and counts them (:meth:`statistics`).
+    """
+
+    __slots__ = ("pattern",)
+
+    def __init__(
+        self,
+        pattern: Pattern,
+        limit: int,
+        overflow: Overflow,
+        on_close: Callable[[], None],
+    ) -> None:
+        super().__init__(limit, overflow, on_close)
+        self.pattern = pattern
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Message:
+        # Fast path without a coroutine frame per message when something is queued.
+        if self._queue:
+            return self._queue.popleft()
+        return await self._get()
+
+    async def next(self, timeout: float | None = None) -> Message:
+        """The next message; raises :class:`aoz.WaitTimeout` after ``timeout`` seconds and
+        :class:`aoz.ClosedError` when the subscription has ended."""
+        try:
+            if timeout is None:
+                return await self._get()
+            async with asyncio.timeout(timeout):
+                return await self._get()
+        except StopAsyncIteration:
+            raise ClosedError(f"subscription {self.pattern.text!r} is closed") from None
+        except TimeoutError:
+            raise WaitTimeout(
+                f"no message on {self.pattern.text!r} within {timeout} s", timeout=timeout or 0.0
+            ) from None
+
+    def batches(self, max_size: int = 1024) -> AsyncIterator[list[Message]]:
+        """Iterate over lists of up to ``max_size`` queued messages (one wake-up per list).
+
+        >>> async for batch in sub.batches(512):  # doctest: +SKIP
+        ...     count += len(batch)
+        """
+        if max_size < 1:
+            raise ValueError("max_size must be >= 1")
+        return _Batches(self, max_size)
+
+    def statistics(self) -> SubscriptionStatistics:
+        return SubscriptionStatistics(
+            pattern=self.pattern.text,
+            received=self.received,
+            dropped=self.dropped,
+            pending=len(self._queue),
+            queue_size=self._limit,
+            overflow=self.overflow,
+        )
+
+    async def aclose(self) -> None:
+        """Unsubscribe and end every ``async for`` over this subscription."""
+        self.close()
+
+    async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._queue)} pending"
+        return f"<Subscription {self.pattern.text!r} {state}>"
+
+
+class _Batches:
+    __slots__ = ("_max", "_sub")
+
+    def __init__(self, sub: Subscription, max_size: int) -> None:
+        self._sub = sub
+        self._max = max_size
+
+    def __aiter__(self) -> _Batches:
+        return self
+
+    async def __anext__(self) -> list[Message]:
+        return await self._sub._get_batch(self._max)

@@ -1,0 +1,22 @@
+"""Shared test helpers. The aoz pytest plugin (aoz.pytest_plugin) adds nsd/node fixtures."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+
+import pytest
+
+import aoz
+
+
+@pytest.fixture
+async def static_pair() -> AsyncIterator[tuple[aoz.Node, aoz.Node]]:
+    """Two static-mode nodes on loopback, each subscribed to the other's publisher."""
+    async with AsyncExitStack() as stack:
+        a = await stack.enter_async_context(aoz.connect(bind=["tcp://127.0.0.1:*"]))
+        b = await stack.enter_async_context(
+            aoz.connect(bind=["tcp://127.0.0.1:*"], connect=[a.endpoint])
+        )
+        a.connect_peer(b.endpoint)
+        yield a, b

@@ -1,0 +1,114 @@
+"""Request/reply through inboxes (SPEC §2)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import anyio
+import pytest
+
+import aoz
+
+pytestmark = pytest.mark.timeout(30)
+
+async def respond_forever(node: aoz.Node, subject: str, tag: bytes) -> None:
+    async with node.subscribe(subject) as sub:
+        async for req in sub:
+            await req.respond(tag + b":" + req.data)
+
+
+async def test_request_one_responder(static_pair: tuple[aoz.Node, aoz.Node]) -> None:
+    a, b = static_pair
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(respond_forever, b, "svc.echo", b"b")
+        await a.wait_for_interest("svc.echo")
+        reply = await a.request("svc.echo", b"ping", timeout=2)
+        assert reply.data == b"b:ping"
+        assert reply.kind is aoz.Kind.REPLY
+        assert reply.subject.startswith(f"_INBOX.{a.uuid}.")
+        tg.cancel_scope.cancel()
+
+
+async def test_request_many_collects_every_responder(
+    static_pair: tuple[aoz.Node, aoz.Node],
+) -> None:
+    a, b = static_pair
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(respond_forever, a, "svc.all", b"a")  # self-delivery: a answers itself
+        tg.start_soon(respond_forever, b, "svc.all", b"b1")
+        tg.start_soon(respond_forever, b, "svc.all", b"b2")
+        await a.wait_for_interest("svc.all")
+        await b.wait_for_interest("svc.all")
+        async with a.request_many("svc.all", b"q", timeout=5, max_replies=3) as replies:
+            got = sorted([r.data async for r in replies])
+        assert got == [b"a:q", b"b1:q", b"b2:q"]
+        # until the deadline, without a count
+        got2 = sorted([r.data async for r in a.request_many("svc.all", b"z", timeout=0.5)])
+        assert got2 == [b"a:z", b"b1:z", b"b2:z"]
+        tg.cancel_scope.cancel()
+    assert a.statistics().replies_dropped == 0
+
+
+async def test_no_responders_fails_fast(static_pair: tuple[aoz.Node, aoz.Node]) -> None:
+    a, _ = static_pair
+    with anyio.fail_after(0.5):  # far less than the request's own 30 s deadline
+        with pytest.raises(aoz.NoResponders) as info:
+            await a.request("nobody.home", b"", timeout=30)
+    assert info.value.subject == "nobody.home"
+    assert a.statistics().no_responders == 1
+
+
+async def test_timeout_when_subscriber_does_not_answer(
+    static_pair: tuple[aoz.Node, aoz.Node],
+) -> None:
+    a, b = static_pair
+    async with b.subscribe("svc.silent") as sub:
+        await a.wait_for_interest("svc.silent")
+        with pytest.raises(aoz.RequestTimeout) as info:
+            await a.request("svc.silent", b"?", timeout=0.2)
+        assert isinstance(info.value, TimeoutError)
+        # the request reached b; answering now is too late and is counted, not an error
+        late = await sub.next(timeout=5)
+        await late.respond(b"late")
+        # b's frames reach a in order: once the next reply is in, the late one was seen
+        nxt = asyncio.create_task(a.request("svc.silent", b"again", timeout=5))
+        req = await sub.next(timeout=5)
+        await req.respond(b"on time")
+        assert (await nxt).data == b"on time"
+    stats = a.statistics()
+    assert stats.request_timeouts == 1
+    assert stats.replies_dropped == 1
+
+
+async def test_responding_to_a_publication_is_an_error(
+    static_pair: tuple[aoz.Node, aoz.Node],
+) -> None:
+    a, b = static_pair
+    async with b.subscribe("pub.only") as sub:
+        await a.wait_for_interest("pub.only")
+        await a.publish("pub.only", b"")
+        msg = await sub.next(timeout=5)
+        with pytest.raises(aoz.AozError, match="not a request"):
+            await msg.respond(b"x")
+
+
+async def test_cancelled_request_leaks_no_inbox_entry(
+    static_pair: tuple[aoz.Node, aoz.Node],
+) -> None:
+    a, b = static_pair
+    async with b.subscribe("svc.slow") as sub:
+        await a.wait_for_interest("svc.slow")
+        task = asyncio.create_task(a.request("svc.slow", b"1", timeout=10))
+        req = await sub.next(timeout=5)  # the request is in flight
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert len(a._inbox) == 0
+        await req.respond(b"too late")
+        # a later request still works and gets its own reply, not the stale one
+        t2 = asyncio.create_task(a.request("svc.slow", b"2", timeout=5))
+        req2 = await sub.next(timeout=5)
+        assert req2.data == b"2"
+        await req2.respond(b"fresh")
+        assert (await t2).data == b"fresh"
+    assert len(a._inbox) == 0
