@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+import msgspec
+
 from .errors import AozError
 from .protocol.codecs import Codec, decode_payload, split_payload
 from .protocol.frames import Kind
@@ -20,8 +22,11 @@ __all__ = ["Message"]
 
 T = TypeVar("T")
 
+# payload ids below this are aoz codecs (see aoz.protocol.codecs.Codec)
+_KNOWN_IDS = max(c.value for c in Codec) + 1
 
-class Message:
+
+class Message(msgspec.Struct, repr_omit_defaults=True, eq=False):
     """One received publication, request or reply.
 
     >>> # inside `async for msg in node.subscribe("MD.>")`:
@@ -29,30 +34,32 @@ class Message:
 
     Attributes:
         subject: the message's real subject (also for wildcard subscriptions).
-        kind: :class:`aoz.protocol.frames.Kind` (``PUBLISH``, ``REQUEST`` or ``REPLY``).
+        kind: :class:`aoz.Kind` (``PUBLISH``, ``REQUEST`` or ``REPLY``).
         reply: the reply handle (``_INBOX.<uuid>.<serial>``) of a request, else ``None``.
-        received_at: ``time.time()`` when the node read the frame (seconds).
+        received_at: ``time.time()`` when the node read the frame's batch (seconds).
+
+    A message is a ``msgspec.Struct`` only because that is the cheapest Python object
+    to build: the node makes one per received frame. Build messages through a node.
     """
 
-    __slots__ = ("_frame", "_node", "_start", "kind", "received_at", "reply", "subject")
+    _frame: bytes
+    _nul: int
+    _start: int
+    kind: Kind
+    reply: str | None
+    received_at: float
+    _node: Node | None
+    _subject: str | None = None
 
-    def __init__(
-        self,
-        subject: str,
-        kind: Kind,
-        reply: str | None,
-        frame: bytes,
-        payload_start: int,
-        received_at: float,
-        node: Node | None,
-    ) -> None:
-        self.subject = subject
-        self.kind = kind
-        self.reply = reply
-        self.received_at = received_at
-        self._frame = frame
-        self._start = payload_start
-        self._node = node
+    @property
+    def subject(self) -> str:
+        """The message's real subject (also under a wildcard subscription)."""
+        s = self._subject
+        if s is None:
+            # The node only builds messages whose subject it has matched against a
+            # valid subscription, so the bytes are valid UTF-8.
+            s = self._subject = self._frame[: self._nul].decode()
+        return s
 
     @property
     def payload(self) -> bytes:
@@ -67,7 +74,10 @@ class Message:
     @property
     def data(self) -> bytes:
         """The payload without its codec byte (the whole payload for unknown codecs)."""
-        return split_payload(self.payload)[1]
+        f, st = self._frame, self._start
+        if len(f) > st and f[st] < _KNOWN_IDS:
+            return f[st + 1 :]
+        return f[st:]
 
     @property
     def frame(self) -> bytes:

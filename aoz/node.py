@@ -209,7 +209,7 @@ class Node:
         self._fds: list[int] = []
         self._wakers: dict[int, asyncio.Future[None] | None] = {}
 
-        self._exact: dict[str, tuple[Subscription, ...]] = {}
+        self._exact: dict[bytes, tuple[Subscription, ...]] = {}
         self._wild: tuple[Subscription, ...] = ()
         self._subject_cache: dict[bytes, str] = {}
         self._header_cache: dict[str, bytes] = {}
@@ -485,11 +485,14 @@ class Node:
                 self._fds.remove(fd)
 
     def _drain_sub(self, sock: zmq.Socket[bytes]) -> int:
+        # The hot path: a publish frame whose subject has exact subscribers costs one
+        # find, one slice, one dict lookup and one Message. Everything else goes
+        # through _other_frame.
         recv = sock.recv
         noblock = zmq.NOBLOCK
         exact = self._exact
         wild = self._wild
-        cache = self._subject_cache
+        publish = Kind.PUBLISH
         now = time.time()
         n = 0
         nbytes = 0
@@ -498,47 +501,19 @@ class Node:
                 frame = recv(noblock)
                 n += 1
                 nbytes += len(frame)
-                # Fast path for the common publish frame; everything else is parsed
-                # (and validated) by the protocol core.
-                nul = frame.find(b"\0", 0, 257)
-                if nul > 0 and frame[nul + 1 : nul + 3] == b"\x01\0":
-                    kind = Kind.PUBLISH
-                    reply = None
-                    start = nul + 3
-                    sb = frame[:nul]
-                else:
-                    try:
-                        fr = decode_frame(frame)
-                    except DecodeError as exc:
-                        self._malformed += 1
-                        log.debug("dropped malformed frame (%s): %r", exc, frame[:64])
-                        continue
-                    sb, kind, start = fr.subject, fr.kind, fr.payload_start
-                    if kind is Kind.REPLY:
-                        self._on_reply(sb, frame, start, now)
-                        continue
-                    reply = fr.reply.decode("ascii") if fr.reply is not None else None
-                subject = cache.get(sb)
-                if subject is None:
-                    try:
-                        subject = sb.decode()
-                    except UnicodeDecodeError:
-                        self._malformed += 1
-                        continue
-                    if len(cache) >= _CACHE_MAX:
-                        cache.clear()
-                    cache[sb] = subject
-                subs = exact.get(subject)
-                if subs is None and not wild:
-                    continue
-                msg = Message(subject, kind, reply, frame, start, now, self)
+                # One search finds the end of a publish frame's header. Exact keys are
+                # valid subjects (no NUL), so a hit proves frame[:nul] is the whole
+                # subject and the frame is a well-formed publish frame.
+                nul = frame.find(b"\0\x01\0", 1, 259)
+                subs = exact.get(frame[:nul]) if nul > 0 else None
                 if subs is not None:
+                    msg = Message(frame, nul, nul + 3, publish, None, now, self)
                     for s in subs:
                         s.push(msg)
-                if wild and not is_reserved(subject):
-                    for w in wild:
-                        if w.pattern.matches(subject):
-                            w.push(msg)
+                    if wild:
+                        self._match_wild(frame, nul, nul + 3, publish, None, now, msg)
+                else:
+                    self._other_frame(frame, now)
         except zmq.Again:
             pass
         except zmq.ZMQError as exc:
@@ -548,7 +523,69 @@ class Node:
         self._bytes_in += nbytes
         return n
 
-    def _on_reply(self, sb: bytes, frame: bytes, start: int, now: float) -> None:
+    def _subject_of(self, sb: bytes) -> str | None:
+        cache = self._subject_cache
+        subject = cache.get(sb)
+        if subject is None:
+            try:
+                subject = sb.decode()
+            except UnicodeDecodeError:
+                return None
+            if len(cache) >= _CACHE_MAX:
+                cache.clear()
+            cache[sb] = subject
+        return subject
+
+    def _match_wild(
+        self,
+        frame: bytes,
+        nul: int,
+        start: int,
+        kind: Kind,
+        reply: str | None,
+        now: float,
+        msg: Message | None,
+    ) -> None:
+        subject = self._subject_of(frame[:nul])
+        if subject is None:
+            self._malformed += 1
+            return
+        if is_reserved(subject):
+            return
+        for w in self._wild:
+            if w.pattern.matches(subject):
+                if msg is None:
+                    msg = Message(frame, nul, start, kind, reply, now, self, subject)
+                w.push(msg)
+
+    def _other_frame(self, frame: bytes, now: float) -> None:
+        """Frames with no exact subscriber: wildcard matches, requests, replies and
+        anything malformed (validated by the protocol core)."""
+        try:
+            fr = decode_frame(frame)
+        except DecodeError as exc:
+            self._malformed += 1
+            log.debug("dropped malformed frame (%s): %r", exc, frame[:64])
+            return
+        sb, kind, start = fr.subject, fr.kind, fr.payload_start
+        nul = len(sb)
+        if kind is Kind.REPLY:
+            self._on_reply(sb, frame, nul, start, now)
+            return
+        if self._subject_of(sb) is None:
+            self._malformed += 1
+            return
+        reply = fr.reply.decode("ascii") if fr.reply is not None else None
+        msg = None
+        subs = self._exact.get(sb)
+        if subs is not None:
+            msg = Message(frame, nul, start, kind, reply, now, self)
+            for s in subs:
+                s.push(msg)
+        if self._wild:
+            self._match_wild(frame, nul, start, kind, reply, now, msg)
+
+    def _on_reply(self, sb: bytes, frame: bytes, nul: int, start: int, now: float) -> None:
         try:
             serial = self._inbox.serial_of(sb)
         except DecodeError:
@@ -558,7 +595,7 @@ class Node:
         if waiter is None:
             self._replies_dropped += 1
             return
-        msg = Message(sb.decode("ascii"), Kind.REPLY, None, frame, start, now, self)
+        msg = Message(frame, nul, start, Kind.REPLY, None, now, self)
         if isinstance(waiter, ReplyStream):
             waiter.push(msg)
         else:
@@ -756,7 +793,8 @@ class Node:
         )
         sub_ref.append(sub)
         if compiled.kind == "exact":
-            self._exact[pattern] = (*self._exact.get(pattern, ()), sub)
+            key = compiled.zmq_prefix[:-1]  # the subject's bytes
+            self._exact[key] = (*self._exact.get(key, ()), sub)
         else:
             self._wild = (*self._wild, sub)
         assert self._sub is not None
@@ -767,11 +805,12 @@ class Node:
     def _unsubscribe(self, sub: Subscription) -> None:
         p = sub.pattern
         if p.kind == "exact":
-            rest = tuple(s for s in self._exact.get(p.text, ()) if s is not sub)
+            key = p.zmq_prefix[:-1]
+            rest = tuple(s for s in self._exact.get(key, ()) if s is not sub)
             if rest:
-                self._exact[p.text] = rest
+                self._exact[key] = rest
             else:
-                self._exact.pop(p.text, None)
+                self._exact.pop(key, None)
         else:
             self._wild = tuple(s for s in self._wild if s is not sub)
         if self._sub is not None and not self._sub.closed and not self._closed:
