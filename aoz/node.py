@@ -207,7 +207,7 @@ class Node:
         self._sub: zmq.Socket[bytes] | None = None
         self._mon: zmq.Socket[bytes] | None = None
         self._fds: list[int] = []
-        self._wakers: dict[int, asyncio.Future[None] | None] = {}
+        self._drainers: dict[int, Callable[[], None]] = {}
 
         self._exact: dict[bytes, tuple[Subscription, ...]] = {}
         self._wild: tuple[Subscription, ...] = ()
@@ -435,10 +435,10 @@ class Node:
 
     # ------------------------------------------------------------------ readers
     def _kick(self, sock: zmq.Socket[bytes]) -> None:
-        """Wake the reader of ``sock``: a socket call may have eaten its fd signal."""
-        fut = self._wakers.get(id(sock))
-        if fut is not None and not fut.done():
-            fut.set_result(None)
+        """Re-run the drain of ``sock``: a socket call may have eaten its fd signal."""
+        drain = self._drainers.get(id(sock))
+        if drain is not None and self._loop is not None:
+            self._loop.call_soon(drain)
 
     async def _reader(
         self,
@@ -446,42 +446,36 @@ class Node:
         drain: Callable[[zmq.Socket[bytes]], int],
         safety: float | None,
     ) -> None:
-        """Drain ``sock`` whenever its ZeroMQ fd signals, ``_BATCH`` frames at a time.
+        """Own the drain of ``sock`` for the node's lifetime.
 
-        ``safety`` re-checks a socket at that interval even without a signal, for
-        sockets that other code also sends on (a send can consume the signal).
+        The drain runs straight from the loop's fd callback, ``_BATCH`` frames at a
+        time: a reply or a request is handled in the same loop turn that saw the
+        socket become readable, with no hop through a task. A full batch re-schedules
+        the drain with ``call_soon`` so other callbacks and tasks run in between.
+        ``safety`` also re-runs it at that interval, for sockets that other code sends
+        on (a send can consume the fd signal).
         """
         loop = asyncio.get_running_loop()
         key = id(sock)
         fd = cast(int, sock.getsockopt(zmq.FD))
 
         def on_readable() -> None:
-            fut = self._wakers.get(key)
-            if fut is not None and not fut.done():
-                fut.set_result(None)
+            if sock.closed:
+                return
+            if drain(sock) >= _BATCH:
+                loop.call_soon(on_readable)
 
+        self._drainers[key] = on_readable
         loop.add_reader(fd, on_readable)
         self._fds.append(fd)
         try:
+            on_readable()  # frames that arrived before the reader was registered
             while True:
-                if drain(sock) >= _BATCH:
-                    await asyncio.sleep(0)
-                    continue
-                if cast(int, sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
-                    continue
-                fut: asyncio.Future[None] = loop.create_future()
-                self._wakers[key] = fut
-                try:
-                    if safety is None:
-                        await fut
-                    else:
-                        await asyncio.wait_for(fut, safety)
-                except TimeoutError:
-                    pass
-                finally:
-                    self._wakers[key] = None
+                await asyncio.sleep(3600.0 if safety is None else safety)
+                on_readable()
         finally:
             loop.remove_reader(fd)
+            self._drainers.pop(key, None)
             if fd in self._fds:
                 self._fds.remove(fd)
 
