@@ -84,6 +84,13 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     default_codec: Literal["msgpack", "json"] = "msgpack"
     #: socket linger on close, seconds
     linger: float = 0.1
+    #: CURVE on the data plane (see aoz.security): the mesh's server keypair, this
+    #: node's client keypair (generated when omitted) and the allowed client keys
+    curve_server_public: str | None = None
+    curve_server_secret: str | None = None
+    curve_public: str | None = None
+    curve_secret: str | None = None
+    curve_allow: list[str] | None = None
 
     def __post_init__(self) -> None:
         _check(self.connect_interval > 0, "connect_interval must be > 0 seconds")
@@ -95,6 +102,25 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
         _check(self.queue_size >= 1, "queue_size must be >= 1")
         _check(0 < self.udp_port < 65536, "udp_port must be within 1..65535")
         _check(self.linger >= 0, "linger must be >= 0 seconds")
+        keys = (self.curve_server_public, self.curve_server_secret, self.curve_public,
+                self.curve_secret, *(self.curve_allow or ()))
+        for key in keys:
+            _check(key is None or len(key) == 40,
+                   "CURVE keys are 40-character Z85 text; make them with aoz.security.keypair()")
+        _check(
+            (self.curve_server_public is None) == (self.curve_server_secret is None),
+            "CURVE needs both curve_server_public and curve_server_secret (the mesh keypair)",
+        )
+        _check(
+            (self.curve_public is None) == (self.curve_secret is None),
+            "give both curve_public and curve_secret, or neither (a keypair is generated)",
+        )
+        _check(
+            self.curve_server_public is not None
+            or (self.curve_public is None and self.curve_allow is None),
+            "curve_public/curve_secret/curve_allow need the mesh keypair "
+            "(curve_server_public and curve_server_secret)",
+        )
         if self.mode == "naming":
             _check(bool(self.naming), "naming mode needs at least one nsd endpoint in `naming`")
             for ep in self.naming:
@@ -130,7 +156,7 @@ def _check(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-_LIST_FIELDS = {"naming", "bind", "connect"}
+_LIST_FIELDS = {"naming", "bind", "connect", "curve_allow"}
 
 
 def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:

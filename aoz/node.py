@@ -64,6 +64,7 @@ from .protocol.codecs import Codec, encode_payload
 from .protocol.frames import Kind, decode_frame, encode_reply, encode_request, publish_header
 from .protocol.inbox import InboxTable
 from .protocol.subjects import compile_pattern, is_reserved, subject_bytes
+from .security import ZAP_ENDPOINT, keypair, zap_reply
 from .subscription import Mailbox, Subscription, SubscriptionStatistics
 
 __all__ = ["DataLinks", "Node", "NodeStatistics", "PeerEventStream", "ReplyStream", "connect"]
@@ -202,7 +203,14 @@ class Node:
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+        # CURVE authentication is per context (one ZAP handler each), so a secured node
+        # gets a context of its own; every other node shares the process's instance.
+        self._curve = s.curve_server_public is not None
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = (
+            zmq.Context() if self._curve else zmq.Context.instance()
+        )
+        self._zap: zmq.Socket[bytes] | None = None
+        self._curve_allowed: set[str] = set()
         self._pub: zmq.Socket[bytes] | None = None
         self._sub: zmq.Socket[bytes] | None = None
         self._mon: zmq.Socket[bytes] | None = None
@@ -278,6 +286,8 @@ class Node:
                 if self._mon is not None:
                     tg.start_soon(self._reader, self._mon, self._drain_monitor, 1.0,
                                   name="aoz-monitor")
+                if self._zap is not None:
+                    tg.start_soon(self._reader, self._zap, self._drain_zap, 1.0, name="aoz-zap")
                 tg.start_soon(self._housekeeping, name="aoz-housekeeping")
                 self._driver = self._make_driver()
                 if self._driver is not None:
@@ -366,6 +376,8 @@ class Node:
         pub: zmq.Socket[bytes] = self._ctx.socket(zmq.XPUB)
         sub: zmq.Socket[bytes] = self._ctx.socket(zmq.SUB)
         self._pub, self._sub = pub, sub
+        if self._curve:
+            self._setup_curve(pub, sub)
         linger = int(s.linger * 1000)
         for sock in (pub, sub):
             sock.setsockopt(zmq.LINGER, linger)
@@ -399,6 +411,43 @@ class Node:
         except zmq.ZMQError as exc:
             raise TransportError(f"cannot set up data sockets: {exc}") from exc
 
+    def _setup_curve(self, pub: zmq.Socket[bytes], sub: zmq.Socket[bytes]) -> None:
+        s = self.settings
+        assert s.curve_server_public and s.curve_server_secret
+        public, secret = s.curve_public, s.curve_secret
+        if public is None or secret is None:
+            public, secret = keypair()
+        if s.curve_allow is not None:
+            self._curve_allowed = {*s.curve_allow, public}  # self-delivery is always allowed
+            zap: zmq.Socket[bytes] = self._ctx.socket(zmq.REP)
+            zap.setsockopt(zmq.LINGER, 0)
+            zap.bind(ZAP_ENDPOINT)
+            self._zap = zap
+        pub.setsockopt(zmq.CURVE_SERVER, 1)
+        pub.setsockopt(zmq.CURVE_SECRETKEY, s.curve_server_secret.encode("ascii"))
+        pub.setsockopt(zmq.ZAP_DOMAIN, b"aoz")
+        sub.setsockopt(zmq.CURVE_SERVERKEY, s.curve_server_public.encode("ascii"))
+        sub.setsockopt(zmq.CURVE_PUBLICKEY, public.encode("ascii"))
+        sub.setsockopt(zmq.CURVE_SECRETKEY, secret.encode("ascii"))
+
+    def _drain_zap(self, sock: zmq.Socket[bytes]) -> int:
+        n = 0
+        try:
+            while n < _BATCH:
+                request = sock.recv_multipart(zmq.NOBLOCK)
+                n += 1
+                reply, allowed = zap_reply(request, self._curve_allowed)
+                if not allowed:
+                    self.count("auth_denied")
+                    log.info("denied a data subscriber: %s", reply[3].decode())
+                sock.send_multipart(reply)
+        except zmq.Again:
+            pass
+        except zmq.ZMQError as exc:
+            if not self._closed:
+                log.warning("authentication socket error: %s", exc)
+        return n
+
     def _bind(self, endpoint: str) -> None:
         assert self._pub is not None
         try:
@@ -428,9 +477,11 @@ class Node:
                 loop.remove_reader(fd)
         self._fds.clear()
         linger = int(self.settings.linger * 1000)
-        for sock in (self._mon, self._sub, self._pub):
+        for sock in (self._mon, self._sub, self._pub, self._zap):
             if sock is not None and not sock.closed:
                 sock.close(linger=linger)
+        if self._curve and not self._ctx.closed:
+            self._ctx.term()  # its sockets are closed; waits at most their linger
         self._closed = True
 
     # ------------------------------------------------------------------ readers
