@@ -477,6 +477,11 @@ class Node:
                 loop.remove_reader(fd)
         self._fds.clear()
         linger = int(self.settings.linger * 1000)
+        if self._sub is not None and self._mon is not None and not self._sub.closed:
+            # Stop monitoring first: libzmq's I/O thread would otherwise block forever
+            # reporting the SUB's disconnects to a monitor nobody reads, freezing every
+            # socket of the shared context.
+            self._sub.disable_monitor()
         for sock in (self._mon, self._sub, self._pub, self._zap):
             if sock is not None and not sock.closed:
                 sock.close(linger=linger)

@@ -72,8 +72,11 @@ class ProxyThread:
     """
 
     def __init__(
-        self, ctx: zmq.Context[zmq.Socket[bytes]], xsub: zmq.Socket[bytes],
-        xpub: zmq.Socket[bytes], name: str,
+        self,
+        ctx: zmq.Context[zmq.Socket[bytes]],
+        xsub: zmq.Socket[bytes],
+        xpub: zmq.Socket[bytes],
+        name: str,
     ) -> None:
         self._ctx = ctx
         self._xsub = xsub
@@ -122,7 +125,11 @@ class Broker:
     """
 
     def __init__(
-        self, host: str = "127.0.0.1", *, pub_port: int = 0, sub_port: int = 0,
+        self,
+        host: str = "127.0.0.1",
+        *,
+        pub_port: int = 0,
+        sub_port: int = 0,
         heartbeat_interval: float = 1.0,
     ) -> None:
         self.host = host

@@ -11,6 +11,11 @@ Embedded (tests, demos)::
         async with aoz.connect(naming=[nsd.endpoint]) as node:
             ...
 
+The welcome is written by libzmq when a connection attaches to the XPUB (not when
+a subscription arrives), so every naming SUB -- including one that reconnects after
+the nsd restarted -- gets its own ``W`` without XPUB_VERBOSE. Subscriptions are
+forwarded upstream once per topic, which is all an XSUB needs.
+
 Standalone: ``aoz nsd --port 5756`` or ``python -m aoz.discovery.nsd --port 5756``;
 it prints ``aoz nsd ready xpub=... xsub=...`` on stderr and exits 0 on SIGINT/SIGTERM.
 """
@@ -110,7 +115,7 @@ class NamingDaemon:
             raise
         self._proxy = ProxyThread(ctx, xsub, xpub, name="aoz-nsd")
         self._proxy.start()
-        log.info("nsd ready: xpub=%s xsub=%s", self.endpoint, self.xsub_endpoint)
+        log.debug("nsd ready: xpub=%s xsub=%s", self.endpoint, self.xsub_endpoint)
 
     def _advertised(self, bound: str) -> str:
         host, _, port = bound.removeprefix("tcp://").rpartition(":")

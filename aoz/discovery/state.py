@@ -54,6 +54,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
+import msgspec
+
 from ..protocol.naming import NamingFrame, NamingType, is_tcp_endpoint, is_uuid
 from .peers import Peer
 
@@ -238,7 +240,10 @@ class NamingState:
     @property
     def peers(self) -> list[Peer]:
         """Every known node, this one included once its own announcement came back."""
-        return [e.peer for e in self._peers.values()]
+        offset = self.wall_offset
+        return [
+            msgspec.structs.replace(e.peer, last_seen=e.seen + offset) for e in self._peers.values()
+        ]
 
     @property
     def xsub_endpoints(self) -> list[str]:
@@ -275,7 +280,8 @@ class NamingState:
         """An nsd's welcome named its XSUB endpoint."""
         if self.phase in (Phase.IDLE, Phase.FAILED, Phase.STOPPED):
             return []
-        if not is_tcp_endpoint(xsub_endpoint):
+        if not is_tcp_endpoint(xsub_endpoint) or not self.require_welcome:
+            # without an nsd (UDP mode) a welcome can only be noise or mischief
             self._counters.add("naming_malformed")
             return []
         if xsub_endpoint in self._xsubs:
