@@ -25,7 +25,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["local_session"]
+__all__ = ["activate", "local_session"]
 
 
 def local_session(
@@ -73,3 +73,15 @@ def local_session(
 
         register(spark)
     return spark
+
+
+def activate(spark: Any) -> None:
+    """Make ``spark`` the active session of the calling thread.
+
+    py4j runs each Python thread on a JVM thread of its own, and Spark looks Python data
+    sources (the ``aoz`` format) up through the thread's *active* session; a query
+    started from a worker thread (``anyio.to_thread.run_sync``, ``threading.Thread``)
+    fails with ``DATA_SOURCE_NOT_FOUND`` unless the thread calls this first.
+    """
+    jvm = spark.sparkContext._jvm
+    jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)

@@ -1,0 +1,33 @@
+"""Record subjects to Parquet: :class:`Recorder` (needs the ``aoz[record]`` extra, pyarrow).
+
+::
+
+    async with Recorder(node, ["MD.>"], "recordings", types=[Quote, Trade]) as rec:
+        ...
+
+Batch reading of a recording is Spark's (``spark.read.parquet("recordings")``) or
+pyarrow's (``pyarrow.dataset.dataset("recordings", partitioning="hive")``) own Parquet
+reader; the columns are documented in :mod:`aoz.record.schema`.
+"""
+
+from __future__ import annotations
+
+try:
+    import pyarrow  # noqa: F401  (fail at import, not at the first flush)
+except ImportError as exc:  # pragma: no cover - only without the extra
+    raise ImportError("aoz.record needs pyarrow: pip install 'aoz[record]'") from exc
+
+from .recorder import Recorder, RecorderStatistics, record_main, resolve_types
+from .schema import FIXED_COLUMNS, Column, arrow_schema, columns_for, spark_ddl
+
+__all__ = [
+    "FIXED_COLUMNS",
+    "Column",
+    "Recorder",
+    "RecorderStatistics",
+    "arrow_schema",
+    "columns_for",
+    "record_main",
+    "resolve_types",
+    "spark_ddl",
+]

@@ -1,0 +1,404 @@
+"""The recorder: subscribe to subject patterns, write every message to Parquet.
+
+::
+
+    async with aoz.connect() as node:
+        async with Recorder(node, ["MD.>"], "recordings", types=[Quote, Trade]) as rec:
+            ...                     # runs until the block ends
+            print(rec.statistics())
+
+How it works. A consumer task per pattern takes messages from its subscription in
+batches and appends them to an in-memory buffer; nothing is decoded on the event loop.
+A flusher task swaps the buffer out every ``flush_rows`` rows or ``flush_interval``
+seconds and, in a worker thread (:func:`anyio.to_thread.run_sync`), decodes the
+payloads, builds one Arrow table per UTC date and writes each to a hidden temporary
+file that is then renamed into ``<directory>/date=YYYY-MM-DD/`` (see
+:mod:`aoz.record.files`), so readers only ever see complete files. The columns are
+described in :mod:`aoz.record.schema`.
+
+Closing (end of the ``async with``, cancellation, or SIGINT/SIGTERM in
+:func:`record_main`) stops the consumers, moves what the subscriptions still hold
+into the buffer, and writes it: every message the node handed to the recorder ends
+up in a file. Messages can only be lost before that, and then they are counted: when
+the writer falls behind by ``max_pending_rows`` the consumers stop taking messages,
+the subscription queue (``queue_size``) fills, and its overflow drops show in
+:meth:`Recorder.statistics` as ``dropped``.
+
+Read recordings back with Spark's own Parquet reader (``spark.read.parquet(dir)``) or
+pyarrow (``pyarrow.dataset.dataset(dir, partitioning="hive")``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import msgspec
+
+from ..errors import AozError, ConfigError, WaitTimeout
+from .files import partition_dir, write_atomically
+from .schema import Column, build_tables, columns_for
+
+if TYPE_CHECKING:
+    from ..message import Message
+    from ..node import Node
+    from ..subscription import Subscription
+
+__all__ = ["Recorder", "RecorderStatistics", "record_main", "resolve_types"]
+
+log = logging.getLogger("aoz.record")
+
+_Row = tuple[str, float, bytes]
+
+
+class RecorderStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """Counters of one recorder."""
+
+    received: int  #: messages taken from the subscriptions
+    written: int  #: rows in files on disk
+    pending: int  #: rows buffered or being written
+    files: int  #: files written
+    bytes: int  #: bytes of Parquet written
+    dropped: int  #: messages the subscriptions' overflow policy discarded
+    decode_errors: int  #: msgpack/JSON payloads that did not parse (kept, with null fields)
+    write_errors: int  #: failed writes (their rows are kept and retried)
+    elapsed: float  #: seconds since the recorder started
+    rate: float  #: rows written per second since the start
+    last_file: str | None = None
+
+
+class Recorder:
+    """Record messages matching ``patterns`` into Parquet files under ``directory``.
+
+    Args:
+        node: a started node.
+        patterns: subject patterns (``"MD.>"``, ``"MD.*.IBM"``...). Overlapping patterns
+            record a message once per matching pattern.
+        directory: root of the recording; ``date=YYYY-MM-DD`` directories go under it.
+        types: ``msgspec.Struct`` types whose fields become decoded columns
+            (see :func:`aoz.record.schema.columns_for`).
+        flush_rows: write when this many rows are buffered...
+        flush_interval: ...or when this many seconds passed since the last write.
+        max_pending_rows: stop taking messages while this many rows wait to be written
+            (default ``10 * flush_rows``).
+        queue_size: per-subscription queue bound (default: the node's setting).
+        fsync: fsync each file and its directory before reporting it written.
+        compression: Parquet codec (``snappy``, ``zstd``, ``none``...).
+    """
+
+    def __init__(
+        self,
+        node: Node,
+        patterns: str | Sequence[str],
+        directory: str | os.PathLike[str],
+        *,
+        types: Iterable[type[Any]] = (),
+        flush_rows: int = 10_000,
+        flush_interval: float = 1.0,
+        max_pending_rows: int | None = None,
+        queue_size: int | None = None,
+        fsync: bool = False,
+        compression: str = "snappy",
+    ) -> None:
+        if flush_rows < 1:
+            raise ConfigError("flush_rows must be >= 1")
+        if flush_interval <= 0:
+            raise ConfigError("flush_interval must be > 0 seconds")
+        self.node = node
+        self.patterns = [patterns] if isinstance(patterns, str) else list(patterns)
+        if not self.patterns:
+            raise ConfigError("the recorder needs at least one subject pattern")
+        self.directory = Path(directory)
+        try:
+            self.columns: tuple[Column, ...] = columns_for(types)
+        except TypeError as exc:
+            raise ConfigError(str(exc)) from None
+        self.flush_rows = flush_rows
+        self.flush_interval = flush_interval
+        self.max_pending_rows = max_pending_rows or 10 * flush_rows
+        self.queue_size = queue_size
+        self.fsync = fsync
+        self.compression = compression
+        self._id = uuidlib.uuid4().hex[:8]
+        self._subs: list[Subscription] = []
+        self._buffer: list[Message] = []
+        self._writing = 0
+        self._tg: Any = None
+        # anyio primitives need a running loop: made in start().
+        self._flush_wanted: anyio.Event
+        self._room: anyio.Event
+        self._consumers: anyio.CancelScope
+        self._flusher: anyio.CancelScope
+        self._write_lock: anyio.Lock
+        self._progress: anyio.Event
+        self._started = 0.0
+        self._closed = False
+        self._file_no = 0
+        self._received = 0
+        self._written = 0
+        self._files = 0
+        self._bytes = 0
+        self._decode_errors = 0
+        self._write_errors = 0
+        self._last_file: str | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    async def __aenter__(self) -> Recorder:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Subscribe and start the consumer and flusher tasks."""
+        if self._tg is not None or self._closed:
+            raise AozError("a recorder can be started once")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._flush_wanted = anyio.Event()
+        self._room = anyio.Event()
+        self._consumers = anyio.CancelScope()
+        self._flusher = anyio.CancelScope()
+        self._write_lock = anyio.Lock()
+        self._progress = anyio.Event()
+        self._started = time.monotonic()
+        self._subs = [self.node.subscribe(p, queue_size=self.queue_size) for p in self.patterns]
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        tg.start_soon(self._run_consumers, name="aoz-recorder-consume")
+        tg.start_soon(self._run_flusher, name="aoz-recorder-flush")
+
+    async def aclose(self) -> None:
+        """Stop, write everything received, and release the subscriptions. Idempotent."""
+        if self._closed or self._tg is None:
+            self._closed = True
+            return
+        self._closed = True
+        self._consumers.cancel()
+        self._flusher.cancel()  # a write in progress still completes (shielded)
+        tg, self._tg = self._tg, None
+        try:
+            await tg.__aexit__(None, None, None)
+        finally:
+            with anyio.CancelScope(shield=True):
+                for sub in self._subs:
+                    while (msg := sub.get_nowait()) is not None:
+                        self._buffer.append(msg)
+                        self._received += 1
+                    sub.close()
+                self._signal_progress()
+                await self.flush()
+
+    # ------------------------------------------------------------------ tasks
+    async def _run_consumers(self) -> None:
+        with self._consumers:
+            async with anyio.create_task_group() as tg:
+                for sub in self._subs:
+                    tg.start_soon(self._consume, sub)
+
+    async def _consume(self, sub: Subscription) -> None:
+        async for batch in sub.batches(1024):
+            self._buffer.extend(batch)
+            self._received += len(batch)
+            self._signal_progress()
+            pending = len(self._buffer)
+            if pending >= self.flush_rows:
+                self._flush_wanted.set()
+            while len(self._buffer) + self._writing >= self.max_pending_rows:
+                self._flush_wanted.set()
+                await self._room.wait()
+
+    async def _run_flusher(self) -> None:
+        with self._flusher:
+            while True:
+                self._flush_wanted = anyio.Event()
+                if len(self._buffer) < self.flush_rows:
+                    with anyio.move_on_after(self.flush_interval):
+                        await self._flush_wanted.wait()
+                try:
+                    await self.flush()
+                except AozError as exc:
+                    log.error("%s", exc)
+
+    async def flush(self) -> list[Path]:
+        """Write what is buffered now (in a worker thread); return the new files."""
+        async with self._write_lock:
+            rows, self._buffer = self._buffer, []
+            if not rows:
+                return []
+            self._writing = len(rows)
+            try:
+                with anyio.CancelScope(shield=True):
+                    paths, errors = await anyio.to_thread.run_sync(self._write, rows)
+            except (OSError, ValueError, TypeError) as exc:
+                self._write_errors += 1
+                self._buffer[:0] = rows  # keep them; the next flush retries
+                raise AozError(f"recorder could not write to {self.directory}: {exc}") from exc
+            finally:
+                self._writing = 0
+                room, self._room = self._room, anyio.Event()
+                room.set()
+            self._decode_errors += errors
+            self._written += len(rows)
+            self._signal_progress()
+            return paths
+
+    def _signal_progress(self) -> None:
+        progress, self._progress = self._progress, anyio.Event()
+        progress.set()
+
+    async def wait_until(
+        self, *, received: int = 0, written: int = 0, timeout: float = 10.0
+    ) -> RecorderStatistics:
+        """Wait until at least ``received`` messages were taken and ``written`` rows are in
+        files; raises :class:`aoz.WaitTimeout` after ``timeout`` seconds.
+
+        >>> await rec.wait_until(received=1000)  # doctest: +SKIP
+        """
+        try:
+            with anyio.fail_after(timeout):
+                while self._received < received or self._written < written:
+                    await self._progress.wait()
+        except TimeoutError:
+            raise WaitTimeout(
+                f"recorder: {self._received}/{received} received, {self._written}/{written} "
+                f"written after {timeout} s",
+                timeout=timeout,
+            ) from None
+        return self.statistics()
+
+    def _write(self, messages: list[Message]) -> tuple[list[Path], int]:
+        rows: list[_Row] = [(m.subject, m.received_at, m.payload) for m in messages]
+        tables, errors = build_tables(rows, self.columns)
+        paths = []
+        stamp = int(time.time() * 1_000_000)
+        for date, table in tables.items():
+            self._file_no += 1
+            name = f"part-{stamp}-{self._id}-{self._file_no:06d}.parquet"
+            path, size = write_atomically(
+                table, partition_dir(self.directory, date), name,
+                compression=self.compression, fsync=self.fsync,
+            )  # fmt: skip
+            self._files += 1
+            self._bytes += size
+            self._last_file = str(path)
+            paths.append(path)
+        return paths, errors
+
+    # ------------------------------------------------------------------ statistics
+    def statistics(self) -> RecorderStatistics:
+        elapsed = time.monotonic() - self._started if self._started else 0.0
+        return RecorderStatistics(
+            received=self._received,
+            written=self._written,
+            pending=len(self._buffer) + self._writing,
+            files=self._files,
+            bytes=self._bytes,
+            dropped=sum(s.dropped for s in self._subs),
+            decode_errors=self._decode_errors,
+            write_errors=self._write_errors,
+            elapsed=elapsed,
+            rate=self._written / elapsed if elapsed > 0 else 0.0,
+            last_file=self._last_file,
+        )
+
+    def __repr__(self) -> str:
+        return f"<Recorder {self.patterns} -> {self.directory} written={self._written}>"
+
+
+def resolve_types(specs: Iterable[str]) -> list[type[Any]]:
+    """``["aoz.marketdata:Quote", ...]`` -> the classes (for command lines)."""
+    import importlib
+
+    out: list[type[Any]] = []
+    for spec in specs:
+        module, _, name = spec.partition(":")
+        if not name:
+            raise ConfigError(f"type {spec!r} must look like 'package.module:Class'")
+        try:
+            out.append(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"cannot import {spec!r}: {exc}") from None
+    return out
+
+
+async def record_main(
+    patterns: Sequence[str],
+    directory: str | os.PathLike[str],
+    *,
+    types: Iterable[type[Any]] = (),
+    flush_rows: int = 10_000,
+    flush_interval: float = 1.0,
+    duration: float | None = None,
+    progress: bool | None = None,
+    on_ready: Callable[[Recorder], None] | None = None,
+    node: Node | None = None,
+    **settings: Any,
+) -> RecorderStatistics:
+    """Record until SIGINT/SIGTERM (or ``duration`` seconds); return the final statistics.
+
+    Joins the mesh with ``aoz.connect(**settings)`` unless a ``node`` is given. On a
+    signal the recorder writes everything it received before returning. With
+    ``progress`` (default: when stderr is a terminal) a rich line shows rows, files and
+    the write rate. ``on_ready`` is called once the subscriptions are in place.
+    """
+    from contextlib import AsyncExitStack
+
+    from ..node import connect
+
+    if progress is None:
+        progress = sys.stderr.isatty()
+    async with AsyncExitStack() as stack:
+        if node is None:
+            node = await stack.enter_async_context(connect(**settings))
+        rec = await stack.enter_async_context(
+            Recorder(node, patterns, directory, types=types, flush_rows=flush_rows,
+                     flush_interval=flush_interval)
+        )  # fmt: skip
+        if on_ready is not None:
+            on_ready(rec)
+        async with anyio.create_task_group() as tg:
+
+            async def watch_signals() -> None:
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for signum in signals:
+                        log.info("recorder: %s, writing what is buffered", signal.strsignal(signum))
+                        tg.cancel_scope.cancel()
+                        return
+
+            tg.start_soon(watch_signals)
+            if progress:
+                tg.start_soon(_show_progress, rec)
+            if duration is not None:
+                await anyio.sleep(duration)
+                tg.cancel_scope.cancel()
+        await rec.aclose()
+        return rec.statistics()
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _show_progress(rec: Recorder) -> None:
+    from rich.console import Console
+    from rich.live import Live
+
+    def render() -> str:
+        s = rec.statistics()
+        return (
+            f"[bold]recording[/] {', '.join(rec.patterns)} -> {rec.directory}   "
+            f"rows {s.written:,} (+{s.pending:,} pending)   files {s.files:,}   "
+            f"{s.rate:,.0f} rows/s   dropped {s.dropped:,}"
+        )
+
+    with Live(render(), console=Console(stderr=True), refresh_per_second=4) as live:
+        while True:
+            await anyio.sleep(0.25)
+            live.update(render())

@@ -1,0 +1,67 @@
+"""Pipeline fixtures: ONE session-scoped SparkSession (2 cores, 1 shuffle partition) and a
+small recording made by the real Recorder, shared by the Spark tests."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("pyarrow")
+
+SAMPLE_EVENTS = 3000
+
+
+def _java_available() -> bool:
+    return shutil.which("java") is not None
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    pytest.importorskip("pyspark")
+    if not _java_available():
+        pytest.skip("Spark needs Java")
+    from aoz.spark.session import local_session
+
+    session = local_session("local[2]", "aoz-tests", shuffle_partitions=1)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+async def record_sample(directory: Path, events: int = SAMPLE_EVENTS) -> int:
+    """Publish `events` simulated quotes/trades and record them through a Recorder."""
+    import aoz
+    from aoz.marketdata import MarketSimulator, Quote, Trade
+    from aoz.record import Recorder
+
+    async with (
+        aoz.connect(bind=["tcp://127.0.0.1:*"]) as feed,
+        aoz.connect(bind=["tcp://127.0.0.1:*"], connect=[feed.endpoint]) as rec_node,
+    ):
+        async with Recorder(
+            rec_node, ["MD.>"], directory, types=[Quote, Trade], flush_rows=1000
+        ) as rec:
+            await feed.wait_for_interest("MD.X.Y", timeout=10)
+            sim = MarketSimulator(["IBM", "AAPL", "MSFT", "GOOG"], seed=7, trade_ratio=0.5)
+            # Spread send times over ~3 s of simulated clock so there are several 1-s bars.
+            t0 = time.time()
+            for i in range(events):
+                subject, event = sim.next_event(t0 + 3.0 * i / events)
+                await feed.publish(subject, event)
+            await rec.wait_until(received=events, timeout=20)
+        return rec.statistics().written
+
+
+@pytest.fixture(scope="session")
+def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("recording")
+    written = anyio.run(record_sample, directory)
+    assert written == SAMPLE_EVENTS
+    return directory

@@ -1,0 +1,36 @@
+"""The demo end to end, shortened: exit 0, bars came back over the mesh, the chart exists."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+@pytest.mark.timeout(400)
+def test_short_demo_runs_end_to_end(tmp_path):
+    pytest.importorskip("pyspark")
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "demo-output"
+    env = {**os.environ, "COLUMNS": "200"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "aoz", "demo", "--duration", "8", "--symbols", "6",
+         "--rate", "500", "--out", str(out)],
+        capture_output=True, text=True, timeout=360, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "end-to-end latency" in proc.stdout
+    png = out / "bars_AAPL.png"
+    assert png.is_file() and png.read_bytes().startswith(b"\x89PNG")
+    with open(out / "bars.csv") as f:
+        bars = list(csv.DictReader(f))
+    assert len(bars) >= 6  # at least one bar per symbol
+    assert {b["symbol"] for b in bars} <= {"AAPL", "MSFT", "GOOG", "AMZN", "META", "NVDA"}
+    assert all(float(b["low"]) <= float(b["vwap"]) <= float(b["high"]) for b in bars)
+    # The recording the Spark job read is a plain Parquet dataset with everything published.
+    assert any((out / "recording").glob("date=*/part-*.parquet"))
