@@ -299,11 +299,7 @@ def _literal_prefix(pattern: str) -> bytes:
         return b""
     out: list[bytes] = []
     for op, av in items[1:]:
-        if op is _sre_c.MAX_REPEAT:
-            av = av[2][0][1] if av[2] and av[2][0][0] is _sre_c.LITERAL else 0
-            if not av:
-                break
-        elif op is not _sre_c.LITERAL or not isinstance(av, int) or av == 0:
+        if op is not _sre_c.LITERAL or not isinstance(av, int) or av == 0:
             break
         try:
             out.append(chr(av).encode("utf-8"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from aoz.errors import SubjectError
@@ -279,14 +279,58 @@ def test_regex_prefix_never_excludes_a_match(text: str, subjects: list[str]) -> 
             assert _safe(p, subject), (text, subject, p.zmq_prefix)
 
 
+# (regex, subject) pairs where the subject matches the regex by construction; no inner
+# anchors, so "^" + regex matches the subject. This exercises the "matches" side often.
+_pair_atom = st.sampled_from(
+    [
+        ("a", "a"),
+        ("b", "b"),
+        ("x", "x"),
+        (".", "b"),
+        (".", "."),
+        (r"\.", "."),
+        ("[ab]", "a"),
+        ("[ab]", "b"),
+        ("[^a]", "x"),
+        ("[^a]", "."),
+    ]
+)
+Pair = tuple[str, str]
+
+
+def _pairs(children: st.SearchStrategy[Pair]) -> st.SearchStrategy[Pair]:
+    def rep(op: str, lo: int, hi: int) -> st.SearchStrategy[Pair]:
+        return st.tuples(children, st.integers(lo, hi)).map(
+            lambda t: (f"(?:{t[0][0]}){op}", t[0][1] * t[1])
+        )
+
+    return st.one_of(
+        st.tuples(children, children).map(lambda t: (t[0][0] + t[1][0], t[0][1] + t[1][1])),
+        rep("*", 0, 2),
+        rep("+", 1, 2),
+        rep("?", 0, 1),
+        rep("{0,2}", 0, 2),
+        rep("*?", 0, 2),
+        st.tuples(children, children, st.booleans()).map(
+            lambda t: (f"({t[0][0]}|{t[1][0]})", t[0][1] if t[2] else t[1][1])
+        ),
+    )
+
+
+regex_pairs = st.recursive(_pair_atom, _pairs, max_leaves=8)
+
+
 @settings(max_examples=300)
-@given(regexes, st.data())
-def test_regex_prefix_safe_on_generated_matches(text: str, data: st.DataObject) -> None:
-    # subjects generated *from* the regex exercise the "matches" side far more often
-    pattern = "^" + text
-    subject = data.draw(st.from_regex(pattern).filter(lambda s: "\x00" not in s and s != ""))
-    p = compile_pattern(pattern)
-    assert p.matches(subject)
+@given(regex_pairs, st.sampled_from(["", "$", "(?s)"]), st.text(alphabet="ab.", max_size=3))
+def test_regex_prefix_safe_on_constructed_matches(pair: Pair, extra: str, tail: str) -> None:
+    regex, subject = pair
+    pattern = f"(?s)^{regex}" if extra == "(?s)" else f"^{regex}{extra}"
+    if extra == "$":
+        assume(subject)  # "" is not a subject
+    else:
+        subject += tail or "z"  # an unanchored end lets anything follow
+    p = compile_pattern(pattern, regex=True)
+    assert p.matches(subject), (pattern, subject)
     assert _safe(p, subject), (pattern, subject, p.zmq_prefix)
 
 
