@@ -24,7 +24,6 @@ state is merged with aoz's, and it runs while the node is open.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -41,11 +40,11 @@ from starlette.websockets import (
     WebSocketState,
 )
 
+from .cli import message_text, message_to_dict
 from .config import Overflow
-from .errors import AozError, DecodeError
+from .errors import AozError
 from .message import Message
 from .node import Node, connect
-from .protocol.codecs import Codec
 
 __all__ = ["STATE_KEY", "NodeDep", "get_node", "lifespan", "message_to_dict", "relay"]
 
@@ -100,44 +99,6 @@ def get_node(connection: HTTPConnection) -> Node:
 NodeDep = Annotated[Node, Depends(get_node)]
 
 
-def message_to_dict(msg: Message) -> dict[str, Any]:
-    """A JSON-ready view of a message: subject, kind, codec, data, reply, received_at.
-
-    ``data`` is the decoded payload for msgpack/JSON/text payloads; raw payloads are
-    given as text when they are UTF-8, else base64 with ``"encoding": "base64"``.
-    """
-    out: dict[str, Any] = {
-        "subject": msg.subject,
-        "kind": msg.kind.name.lower(),
-        "codec": msg.codec.name.lower(),
-        "reply": msg.reply,
-        "received_at": msg.received_at,
-    }
-    data, encoding = _data(msg)
-    out["data"] = data
-    if encoding is not None:
-        out["encoding"] = encoding
-    return out
-
-
-def _data(msg: Message) -> tuple[Any, str | None]:
-    if msg.codec in (Codec.MSGPACK, Codec.JSON, Codec.TEXT):
-        try:
-            return msg.decode(), None
-        except DecodeError:
-            pass  # a malformed payload is shown as its bytes
-    raw = msg.data
-    try:
-        return raw.decode("utf-8"), None
-    except UnicodeDecodeError:
-        return base64.b64encode(raw).decode("ascii"), "base64"
-
-
-def _text(msg: Message) -> str:
-    data, _ = _data(msg)
-    return data if isinstance(data, str) else msgspec.json.encode(data).decode()
-
-
 def _json_frame(msg: Message) -> str:
     return msgspec.json.encode(message_to_dict(msg)).decode()
 
@@ -177,7 +138,7 @@ async def relay(
             tg.cancel_scope.cancel()
 
         tg.start_soon(watch_client)
-        encode = _json_frame if frames == "json" else _text
+        encode = _json_frame if frames == "json" else message_text
         try:
             async for msg in sub:
                 await websocket.send_text(encode(msg))

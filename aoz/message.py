@@ -113,7 +113,7 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False):
             )
         if self._node is None:
             raise AozError("this message is not attached to a node, so it cannot be answered")
-        self._node._publish_reply(self.reply, data, codec)
+        await self._node._respond(self.reply, data, codec)
 
     def __repr__(self) -> str:
         size = len(self._frame) - self._start

@@ -77,6 +77,7 @@ _CACHE_MAX = 8192  # subject caches are cleared when they grow past this
 _COPY_THRESHOLD = 65536
 _KINDS = (None, Kind.PUBLISH, Kind.REQUEST, Kind.REPLY)
 _REPLY_QUEUE = 4096
+_REPLY_ROUTE_WAIT = 2.0  # seconds a reply waits for the requester's inbox filter
 
 
 class NodeStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -821,10 +822,35 @@ class Node:
             self._sends_since_yield = 0
             await asyncio.sleep(0)
 
-    def _publish_reply(self, handle: str, data: object, codec: Codec | None) -> None:
+    async def _respond(self, handle: str, data: object, codec: Codec | None) -> None:
+        """Publish a reply, once the requester's inbox subscription has reached us.
+
+        The request travelled the requester's PUB -> our SUB link; the reply needs the
+        other direction, which may still be connecting (a peer that joined a moment
+        ago). ZeroMQ would drop a reply with no subscriber silently, so wait for the
+        inbox filter, boundedly; a reply that still has no route is counted.
+        """
         self._check_open()
         payload = encode_payload(data, codec, default=self._default_codec)
-        self._send(encode_reply(handle.encode("ascii"), payload))
+        hb = handle.encode("ascii")
+        if not self._routable(hb):
+            try:
+                await self.wait_for_interest(handle, timeout=_REPLY_ROUTE_WAIT)
+            except WaitTimeout:
+                self.count("replies_unroutable")
+        self._send(encode_reply(hb, payload))
+
+    def _routable(self, handle: bytes) -> bool:
+        inbox = handle[: len(handle) - 17]  # _INBOX.<uuid> without .<serial>
+        if inbox in self._interest:
+            return True  # the common case: one set lookup
+        assert self._pub is not None
+        self._drain_interest(self._pub)
+        # any inbox-shaped filter covering the handle (an OZ peer, a broker) will do;
+        # a catch-all wildcard does not, as wildcards never see inbox traffic
+        return inbox in self._interest or any(
+            p.startswith(b"_INBOX.") and handle.startswith(p) for p in self._interest
+        )
 
     # ------------------------------------------------------------------ subscribe
     def subscribe(

@@ -1,0 +1,131 @@
+"""Helpers shared by the benchmark roles (each role runs in its own OS process).
+
+A role is started as ``python -m benchmarks.<system> <action> '<params as JSON>'``.
+It writes JSON lines on stdout: ``{"event": "ready", ...}`` once it can be used (with
+whatever the other side needs, e.g. an endpoint) and ``{"event": "result", ...}`` at
+the end. Roles that must outlive their peer (a publisher whose queued messages are still
+in flight) wait for the harness to close their stdin ("release"), bounded in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import select
+import sys
+import time
+from typing import Any
+
+SUBJECT = "BENCH.DATA"
+RR_SUBJECT = "BENCH.RR"
+# Reply handle used by the raw baselines: same length as aoz's (SPEC §2).
+RAW_UUID = "00000000-0000-4000-8000-000000000000"
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def emit(event: str, **fields: Any) -> None:
+    sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
+    sys.stdout.flush()
+
+
+def params(argv: list[str] | None = None) -> tuple[str, dict[str, Any]]:
+    args = sys.argv[1:] if argv is None else argv
+    action = args[0]
+    p: dict[str, Any] = json.loads(args[1]) if len(args) > 1 else {}
+    return action, p
+
+
+def rss() -> int:
+    """Resident set size of this process in bytes (cheap: /proc/self/statm)."""
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[1]) * _PAGE
+
+
+def wire_publish(subject: str, payload: bytes) -> bytes:
+    """A publish frame exactly as aoz puts it on the wire for a raw-bytes payload
+    (SPEC §1: subject NUL 0x01 NUL, then the codec byte 0x00 and the payload)."""
+    return subject.encode() + b"\0\x01\0" + b"\0" + payload
+
+
+def raw_handle(serial: int) -> bytes:
+    return f"_INBOX.{RAW_UUID}.{serial:016x}".encode()
+
+
+def wire_request(subject: str, handle: bytes, payload: bytes) -> bytes:
+    return subject.encode() + b"\0\x02" + handle + b"\0" + b"\0" + payload
+
+
+def wire_reply(handle: bytes, payload: bytes) -> bytes:
+    return handle + b"\0\x03\0" + b"\0" + payload
+
+
+def wait_release_sync(timeout: float) -> None:
+    """Block until the harness closes our stdin (or ``timeout`` seconds pass)."""
+    fd = sys.stdin.fileno()
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        r, _, _ = select.select([fd], [], [], remaining)
+        if r and not os.read(fd, 4096):
+            return
+
+
+async def wait_release(timeout: float) -> None:
+    """Like :func:`wait_release_sync`, but lets the event loop run meanwhile."""
+    loop = asyncio.get_running_loop()
+    done = asyncio.Event()
+    fd = sys.stdin.fileno()
+
+    def on_read() -> None:
+        try:
+            data = os.read(fd, 4096)
+        except OSError:
+            data = b""
+        if not data:
+            done.set()
+
+    loop.add_reader(fd, on_read)
+    try:
+        await asyncio.wait_for(done.wait(), timeout)
+    except TimeoutError:
+        pass
+    finally:
+        loop.remove_reader(fd)
+
+
+class Receiver:
+    """Counts arrivals and times first-to-last for a throughput subscriber."""
+
+    __slots__ = ("first", "last", "n")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.first = 0.0
+        self.last = 0.0
+
+    def result(self, expected: int, **extra: Any) -> dict[str, Any]:
+        span = self.last - self.first
+        rate = (self.n - 1) / span if self.n > 1 and span > 0 else 0.0
+        return {
+            "received": self.n,
+            "expected": expected,
+            "span_s": span,
+            "msgs_per_s": rate,
+            **extra,
+        }
+
+
+def latency_summary(samples_ns: list[int], total_s: float) -> dict[str, Any]:
+    s = sorted(samples_ns)
+    n = len(s)
+    if n == 0:
+        return {"n": 0, "p50_us": 0.0, "p99_us": 0.0, "rtps": 0.0}
+
+    def pct(q: float) -> float:
+        return s[min(n - 1, int(q * n))] / 1000.0
+
+    return {"n": n, "p50_us": pct(0.50), "p99_us": pct(0.99), "rtps": n / total_s}

@@ -1,0 +1,215 @@
+"""aoz roles: static-mode nodes on loopback, the public API only.
+
+Publishers use ``await node.publish`` after ``node.wait_for_interest``; subscribers use
+``async for msg in sub`` (``mode="iter"``) or ``sub.batches()`` (``mode="batch"``) and read
+``msg.data``; request/reply uses ``node.request`` and ``msg.respond``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from typing import Any
+
+import aoz
+
+from ._common import (
+    RR_SUBJECT,
+    SUBJECT,
+    Receiver,
+    emit,
+    latency_summary,
+    params,
+    rss,
+    wait_release,
+    wait_release_sync,
+)
+
+ANY = "tcp://127.0.0.1:*"
+
+
+async def pub(p: dict[str, Any], stall: bool = False) -> None:
+    async with aoz.connect(bind=[ANY]) as node:
+        emit("ready", endpoint=node.endpoint)
+        await node.wait_for_interest(SUBJECT, timeout=p.get("wait", 10.0))
+        payload = b"x" * p["size"]
+        n = p["n"]
+        publish = node.publish
+        rss_before = rss()
+        peak = rss_before
+        t0 = time.perf_counter()
+        for i in range(n):
+            await publish(SUBJECT, payload)
+            if stall and not i & 4095:
+                peak = max(peak, rss())
+        dt = time.perf_counter() - t0
+        result: dict[str, Any] = {"sent": n, "send_s": dt}
+        if stall:
+            await asyncio.sleep(p.get("settle", 1.0))
+            after = rss()
+            result.update(rss_before=rss_before, rss_peak=max(peak, after), rss_after=after)
+        emit("result", **result)
+        await wait_release(p.get("release", 30.0))
+
+
+async def sub(p: dict[str, Any], stall: bool = False) -> None:
+    async with aoz.connect(connect=[p["endpoint"]]) as node:
+        subscription = node.subscribe(SUBJECT)
+        emit("ready")
+        if stall:
+            # A stalled process: the event loop itself is blocked, nothing is read.
+            wait_release_sync(p.get("release", 30.0))
+            emit("result")
+            return
+        n = p["n"]
+        r = Receiver()
+        clock = time.perf_counter
+
+        async def consume_iter() -> None:
+            async for msg in subscription:
+                _data = msg.data
+                r.last = clock()
+                if not r.n:
+                    r.first = r.last
+                r.n += 1
+                if r.n >= n:
+                    return
+
+        async def consume_batch() -> None:
+            async for batch in subscription.batches(p.get("batch", 1024)):
+                for msg in batch:
+                    _data = msg.data
+                r.last = clock()
+                if not r.n:
+                    r.first = r.last
+                r.n += len(batch)
+                if r.n >= n:
+                    return
+
+        consumer = consume_batch if p.get("mode") == "batch" else consume_iter
+        task = asyncio.create_task(consumer())
+        await _watch(task, r, p)
+        stats = subscription.statistics()
+        emit("result", **r.result(n, dropped_queue=stats.dropped))
+
+
+async def _watch(task: asyncio.Task[None], r: Receiver, p: dict[str, Any]) -> None:
+    """Let ``task`` run until it finishes, stays idle too long, or the deadline passes."""
+    start = time.perf_counter()
+    wait, idle, deadline = p.get("wait", 10.0), p.get("idle", 0.5), p.get("deadline", 60.0)
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=0.05)
+            now = time.perf_counter()
+            if now - start > deadline:
+                break
+            if r.n == 0 and now - start > wait:
+                break
+            if r.n and now - r.last > idle:
+                break
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def rep(p: dict[str, Any]) -> None:
+    async with aoz.connect(bind=[ANY], connect=[p["peer"]]) as node:
+        served = 0
+
+        async def serve() -> None:
+            nonlocal served
+            async for msg in node.subscribe(RR_SUBJECT):
+                await msg.respond(msg.data)
+                served += 1
+
+        task = asyncio.create_task(serve())
+        emit("ready", endpoint=node.endpoint)
+        await wait_release(p.get("release", 60.0))
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        emit("result", served=served)
+
+
+async def req(p: dict[str, Any]) -> None:
+    async with aoz.connect(bind=[p["bind"]], connect=[p["endpoint"]]) as node:
+        emit("ready")
+        await node.wait_for_interest(RR_SUBJECT, timeout=p.get("wait", 10.0))
+        payload = b"x" * p["size"]
+        request = node.request
+        # The reply path (our SUB -> their PUB) has no signal: retry until one comes back.
+        for _ in range(100):
+            try:
+                await request(RR_SUBJECT, payload, timeout=0.1)
+                break
+            except aoz.RequestTimeout:
+                continue
+        else:
+            raise SystemExit("replier never answered")
+        for _ in range(p.get("warmup", 200)):
+            await request(RR_SUBJECT, payload, timeout=2.0)
+        clock = time.perf_counter_ns
+        samples: list[int] = []
+        t0 = time.perf_counter()
+        for _ in range(p["n_seq"]):
+            t = clock()
+            await request(RR_SUBJECT, payload, timeout=2.0)
+            samples.append(clock() - t)
+        seq = latency_summary(samples, time.perf_counter() - t0)
+
+        n, window = p["n_pipe"], p.get("window", 64)
+        left = n
+
+        async def worker() -> None:
+            nonlocal left
+            while left > 0:
+                left -= 1
+                await request(RR_SUBJECT, payload, timeout=5.0)
+
+        t0 = time.perf_counter()
+        async with asyncio.timeout(p.get("deadline", 60.0)):
+            await asyncio.gather(*(worker() for _ in range(window)))
+        pipe_s = time.perf_counter() - t0
+        emit("result", **seq, pipelined=n, pipelined_rps=n / pipe_s)
+
+
+async def idle(p: dict[str, Any]) -> None:
+    base = rss()
+    sizes: list[int] = []
+    nodes: list[aoz.Node] = []
+    try:
+        for _ in range(p["count"]):
+            node = aoz.connect(bind=[ANY])
+            await node.start()
+            nodes.append(node)
+            await asyncio.sleep(p.get("settle", 0.3))
+            sizes.append(rss())
+        emit("result", base=base, rss=sizes)
+    finally:
+        for node in nodes:
+            await node.aclose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    action, p = params(argv)
+    if action == "pub":
+        asyncio.run(pub(p))
+    elif action == "sub":
+        asyncio.run(sub(p))
+    elif action == "stallpub":
+        asyncio.run(pub(p, stall=True))
+    elif action == "stallsub":
+        asyncio.run(sub(p, stall=True))
+    elif action == "rep":
+        asyncio.run(rep(p))
+    elif action == "req":
+        asyncio.run(req(p))
+    elif action == "idle":
+        asyncio.run(idle(p))
+    else:
+        raise SystemExit(f"unknown action {action!r}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

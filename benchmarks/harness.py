@@ -1,0 +1,381 @@
+"""Runs the roles as OS processes and pairs them up (publisher/subscriber,
+replier/requester), with a readiness handshake and a hard time bound on each step.
+
+Every process started here is stopped again (stdin closed, then SIGTERM, then SIGKILL),
+also when a step fails or times out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import queue
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# system name -> role module, and which role starts first in a publish/subscribe pair
+MODULES = {
+    "zmq": "zmq_sync",
+    "zmq.asyncio": "zmq_async",
+    "aoz": "aoz_node",
+    "aoz-batch": "aoz_node",
+    "nats": "nats_client",
+    "zenoh": "zenoh_peer",
+}
+# Receive path only: aoz subscribers fed by the raw zmq.asyncio publisher (same wire bytes),
+# so the subscriber's cost is measured apart from aoz's publisher.
+RX_SYSTEMS = {"aoz-rx": "iter", "aoz-batch-rx": "batch"}
+# Send path only: the aoz publisher feeding the raw zmq.asyncio subscriber.
+TX_SYSTEMS = {"aoz-tx"}
+
+
+class BenchError(Exception):
+    """A role failed, exited early or did not answer in time."""
+
+
+class Proc:
+    """One role process; its stdout is read line by line on a thread."""
+
+    def __init__(self, module: str, action: str, p: dict[str, Any]) -> None:
+        self.name = f"{module} {action}"
+        self._err = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop())
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", f"benchmarks.{module}", action, json.dumps(p)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._err,
+            cwd=ROOT,
+            env=env,
+        )
+        self._lines: queue.Queue[bytes | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.popen.stdout is not None
+        for line in self.popen.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def stderr_tail(self, n: int = 1500) -> str:
+        self._err.seek(0)
+        return self._err.read().decode(errors="replace")[-n:]
+
+    def wait_event(self, event: str, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BenchError(f"{self.name}: no {event!r} within {timeout:.0f} s")
+            try:
+                line = self._lines.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            if line is None:
+                self.popen.wait(5)
+                raise BenchError(
+                    f"{self.name}: exited ({self.popen.returncode}) before {event!r}: "
+                    f"{self.stderr_tail()}"
+                )
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if msg.get("event") == event:
+                return dict(msg)
+
+    def release(self) -> None:
+        """Close stdin: the role's signal to finish."""
+        if self.popen.stdin is not None and not self.popen.stdin.closed:
+            with contextlib.suppress(OSError):
+                self.popen.stdin.close()
+
+    def stop(self, grace: float = 5.0) -> None:
+        self.release()
+        try:
+            self.popen.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.popen.terminate()
+            try:
+                self.popen.wait(2)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(2)
+        self._thread.join(2)
+        self._err.close()
+
+
+@contextlib.contextmanager
+def started(module: str, action: str, p: dict[str, Any]) -> Iterator[Proc]:
+    proc = Proc(module, action, p)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def free_port() -> int:
+    """An ephemeral loopback port for roles that cannot report theirs (zenoh, aoz replies)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ---------------------------------------------------------------------------- nats-server
+class NatsServer:
+    """nats-server on 127.0.0.1 with a random port, for the duration of a run."""
+
+    def __init__(self) -> None:
+        self.binary = shutil.which("nats-server") or next(
+            (p for p in ("/usr/sbin/nats-server", "/usr/bin/nats-server") if os.path.exists(p)),
+            None,
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+        self.version = ""
+
+    @property
+    def available(self) -> bool:
+        return self.binary is not None
+
+    def start(self) -> None:
+        assert self.binary is not None
+        out = subprocess.run([self.binary, "--version"], capture_output=True, timeout=10)
+        self.version = out.stdout.decode().strip()
+        port = free_port()
+        self.proc = subprocess.Popen(
+            [self.binary, "-a", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.url = f"nats://127.0.0.1:{port}"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        raise BenchError("nats-server did not start")
+
+    def rss(self) -> int:
+        if self.proc is None:
+            return 0
+        try:
+            with open(f"/proc/{self.proc.pid}/statm", "rb") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            return 0
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(2)
+        self.proc = None
+
+
+# ---------------------------------------------------------------------------- pairs
+def _pair_params(system: str, nats_url: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Which role starts first, and the extra parameters of each side."""
+    extra: dict[str, Any]
+    if system == "nats":
+        return "sub", {"url": nats_url}, {"url": nats_url}
+    if system == "zenoh":
+        port = free_port()
+        return "pub", {"port": port}, {"port": port}
+    extra = {"mode": "batch"} if system == "aoz-batch" else {}
+    return "pub", {}, extra
+
+
+def run_pubsub(
+    system: str, size: int, n: int, timeout: float, nats_url: str = "", stall: bool = False
+) -> dict[str, Any]:
+    pub_p: dict[str, Any]
+    sub_p: dict[str, Any]
+    if system in RX_SYSTEMS:
+        pub_module, sub_module = "zmq_async", "aoz_node"
+        first, pub_p, sub_p = "pub", {}, {"mode": RX_SYSTEMS[system]}
+    elif system in TX_SYSTEMS:
+        pub_module, sub_module = "aoz_node", "zmq_async"
+        first, pub_p, sub_p = "pub", {}, {}
+    else:
+        pub_module = sub_module = MODULES[system]
+        first, pub_p, sub_p = _pair_params(system, nats_url)
+    pub_p = {**pub_p, "size": size, "n": n}
+    sub_p = {**sub_p, "n": n, "deadline": timeout}
+    pub_action, sub_action = ("stallpub", "stallsub") if stall else ("pub", "sub")
+    if first == "pub":
+        with started(pub_module, pub_action, pub_p) as pub:
+            info = pub.wait_event("ready", 30)
+            with started(sub_module, sub_action, {**sub_p, **info}) as sub:
+                sub.wait_event("ready", 30)
+                if stall:
+                    pr = pub.wait_event("result", timeout)
+                    sub.release()
+                    sr: dict[str, Any] = {}
+                else:
+                    sr = sub.wait_event("result", timeout + 15)
+                    pr = pub.wait_event("result", timeout)
+    else:
+        with started(sub_module, sub_action, sub_p) as sub:
+            info = sub.wait_event("ready", 30)
+            with started(pub_module, pub_action, {**pub_p, **info}) as pub:
+                pub.wait_event("ready", 30)
+                if stall:
+                    pr = pub.wait_event("result", timeout)
+                    sub.release()
+                    sr = {}
+                else:
+                    sr = sub.wait_event("result", timeout + 15)
+                    pr = pub.wait_event("result", timeout)
+    if stall:
+        mib = 1024 * 1024
+        return {
+            "sent": pr["sent"],
+            "send_s": pr["send_s"],
+            "rss_before_mib": pr["rss_before"] / mib,
+            "rss_growth_mib": (pr["rss_peak"] - pr["rss_before"]) / mib,
+            "rss_after_mib": pr["rss_after"] / mib,
+        }
+    sent, received = pr["sent"], sr["received"]
+    return {
+        "msgs_per_s": sr["msgs_per_s"],
+        "sent": sent,
+        "received": received,
+        "loss": (sent - received) / sent if sent else 0.0,
+        "pub_msgs_per_s": sent / pr["send_s"] if pr["send_s"] > 0 else 0.0,
+        "dropped_queue": sr.get("dropped_queue", 0),
+    }
+
+
+def run_reqrep(
+    system: str, size: int, n_seq: int, n_pipe: int, timeout: float, nats_url: str = ""
+) -> dict[str, Any]:
+    module = MODULES[system]
+    req_p: dict[str, Any] = {
+        "size": size,
+        "n_seq": n_seq,
+        "n_pipe": n_pipe,
+        "window": 64,
+        "deadline": timeout,
+    }
+    rep_p: dict[str, Any] = {}
+    if system == "nats":
+        rep_p["url"] = req_p["url"] = nats_url
+    elif system == "zenoh":
+        rep_p["port"] = req_p["port"] = free_port()
+    elif system == "aoz":
+        bind = f"tcp://127.0.0.1:{free_port()}"
+        rep_p["peer"] = req_p["bind"] = bind
+    with started(module, "rep", rep_p) as rep:
+        info = rep.wait_event("ready", 30)
+        info.pop("event", None)
+        with started(module, "req", {**req_p, **info}) as req:
+            r = req.wait_event("result", timeout + 30)
+    return {
+        "p50_us": r["p50_us"],
+        "p99_us": r["p99_us"],
+        "rtps": r["rtps"],
+        "rps64": r["pipelined_rps"],
+    }
+
+
+def run_idle(system: str, count: int, nats_url: str = "") -> dict[str, Any]:
+    p: dict[str, Any] = {"count": count}
+    if system == "nats":
+        p["url"] = nats_url
+    with started(MODULES[system], "idle", p) as proc:
+        r = proc.wait_event("result", 30 + count * 2)
+    mib = 1024 * 1024
+    sizes = r["rss"]
+    per = (sizes[-1] - sizes[0]) / (len(sizes) - 1) / 1024 if len(sizes) > 1 else 0.0
+    return {
+        "rss_one_mib": sizes[0] / mib,
+        "rss_per_extra_kib": per,
+        "rss_imports_mib": r["base"] / mib,
+    }
+
+
+def discovery_available() -> bool:
+    try:
+        return importlib.util.find_spec("aoz.discovery.bench") is not None
+    except ImportError:
+        return False
+
+
+def run_discovery(n: int, timeout: float) -> dict[str, Any]:
+    """``python -m aoz.discovery.bench N``: prints JSON with the convergence time."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aoz.discovery.bench", str(n)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        os.killpg(proc.pid, 15)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=5)
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.communicate(timeout=5)
+        raise BenchError(f"discovery bench with {n} nodes timed out after {timeout:.0f} s") from exc
+    if proc.returncode != 0:
+        raise BenchError(f"discovery bench exited {proc.returncode}: {err.decode()[-800:]}")
+    data: dict[str, Any] | None = None
+    for line in out.decode().splitlines():
+        with contextlib.suppress(ValueError):
+            obj = json.loads(line)
+            if isinstance(obj, dict):
+                data = obj
+    if data is None:
+        raise BenchError(f"discovery bench printed no JSON: {out.decode()[-400:]}")
+    seconds = _convergence_seconds(data)
+    if seconds is None:
+        raise BenchError(f"no convergence time in discovery bench output: {data}")
+    return {"seconds": seconds, "raw": data}
+
+
+def _convergence_seconds(data: dict[str, Any]) -> float | None:
+    for key in (
+        "converge_s",
+        "convergence_s",
+        "seconds",
+        "converged_s",
+        "converge_after_last_s",
+        "after_last_start_s",
+        "time_s",
+    ):
+        v = data.get(key)
+        if isinstance(v, int | float):
+            return float(v)
+    for key in ("converge_ms", "convergence_ms", "ms"):
+        v = data.get(key)
+        if isinstance(v, int | float):
+            return float(v) / 1000.0
+    return None

@@ -1,0 +1,75 @@
+"""The benchmark harness runs end to end (``--smoke``) and reports every figure.
+
+Speed is never asserted: the machine is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+# figure -> systems that must report a value > 0
+PUBSUB = ["zmq", "zmq.asyncio", "aoz", "aoz-batch", "aoz-rx", "aoz-batch-rx", "aoz-tx", "zenoh"]
+RR = ["zmq", "zmq.asyncio", "aoz", "zenoh"]
+MEM = ["zmq", "aoz", "zenoh"]
+
+
+def _with_nats(systems: list[str], report: dict) -> list[str]:
+    skipped = any("nats-server not found" in n for n in report["notes"])
+    return systems if skipped else [*systems, "nats"]
+
+
+@pytest.mark.timeout(110)
+def test_smoke_run_reports_every_figure(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    for title in ("Pub/sub throughput", "Request/reply", "Memory", "aoz ratios"):
+        assert title in out, out[-3000:]
+    assert (tmp_path / "ratios-smoke.png").stat().st_size > 0
+
+    report = json.loads((tmp_path / "results-smoke.json").read_text())
+    assert report["mode"] == "smoke"
+    assert report["errors"] == [], report["errors"]
+    figures = report["figures"]
+
+    def value(fig: str, system: str) -> float:
+        v = figures[fig][system]["median"]
+        assert v is not None, (fig, system)
+        return float(v)
+
+    for system in _with_nats(PUBSUB, report):
+        for size in ("100B", "1KiB"):
+            assert value(f"pubsub_{size}", system) > 0
+            assert value(f"pub_{size}", system) > 0
+            assert 0.0 <= value(f"loss_{size}", system) <= 1.0
+            for d in report["details"][f"pubsub_{size}"][system]:
+                assert d["sent"] > 0 and 0 <= d["received"] <= d["sent"]
+    for system in _with_nats(RR, report):
+        for fig in ("rr_p50_us", "rr_p99_us", "rr_rtps", "rr_rps64"):
+            assert value(fig, system) > 0
+        assert value("rr_p99_us", system) >= value("rr_p50_us", system)
+    for system in _with_nats(MEM, report):
+        assert value("rss_one_mib", system) > 0
+        assert value("rss_per_extra_kib", system) >= -50_000  # RSS may shrink a little
+        assert "stall_rss_growth_mib" in figures and system in figures["stall_rss_growth_mib"]
+    if not any("discovery convergence skipped" in n for n in report["notes"]):
+        assert value("discovery_8_s", "aoz") > 0
+    for key, ratio in report["ratios"].items():
+        assert ratio["median"] is not None and ratio["median"] > 0, key
+    for k in ("python", "pyzmq", "libzmq", "eclipse-zenoh", "nats-py"):
+        assert report["versions"][k]
