@@ -77,6 +77,7 @@ _CACHE_MAX = 8192  # subject caches are cleared when they grow past this
 _COPY_THRESHOLD = 65536
 _KINDS = (None, Kind.PUBLISH, Kind.REQUEST, Kind.REPLY)
 _REPLY_QUEUE = 4096
+_DISCONNECT_GRACE = 0.5  # seconds a departed peer's data link may still drain
 _REPLY_ROUTE_WAIT = 2.0  # seconds a reply waits for the requester's inbox filter
 
 
@@ -228,6 +229,7 @@ class Node:
         self._interest_changed: asyncio.Event | None = None
         self._peer_listeners: set[Mailbox[PeerEvent]] = set()
         self._connected: set[str] = set()
+        self._pending_disconnects: dict[str, asyncio.TimerHandle] = {}
         self._link_state: dict[str, bool] = {}
         self._driver: _Driver | None = None
         self._default_codec = Codec.JSON if s.default_codec == "json" else Codec.MSGPACK
@@ -472,6 +474,9 @@ class Node:
         self._kick(self._sub)
 
     def _close_sockets(self) -> None:
+        for handle in self._pending_disconnects.values():
+            handle.cancel()
+        self._pending_disconnects.clear()
         loop = self._loop
         for fd in self._fds:
             if loop is not None and not loop.is_closed():
@@ -714,6 +719,9 @@ class Node:
     # ------------------------------------------------------------------ DataLinks
     def connect_peer(self, endpoint: str) -> None:
         """Connect the data SUB to a peer's publisher (idempotent)."""
+        pending = self._pending_disconnects.pop(endpoint, None)
+        if pending is not None:
+            pending.cancel()  # the peer is back (or a new one took its address)
         if self._sub is None or self._closed or endpoint in self._connected:
             return
         try:
@@ -723,8 +731,22 @@ class Node:
             log.warning("cannot connect to peer %s: %s", endpoint, exc)
 
     def disconnect_peer(self, endpoint: str) -> None:
-        """Disconnect the data SUB from a peer's publisher (no-op if not connected)."""
-        if self._sub is None or endpoint not in self._connected:
+        """Disconnect the data SUB from a peer's publisher (no-op if not connected).
+
+        The disconnect happens after a short grace period: a peer's goodbye travels
+        through the nsd and can overtake its last data frames (a final reply, say),
+        which would be lost if the link were cut at once.
+        """
+        if self._sub is None or endpoint not in self._connected or self._loop is None:
+            return
+        if endpoint not in self._pending_disconnects:
+            self._pending_disconnects[endpoint] = self._loop.call_later(
+                _DISCONNECT_GRACE, self._disconnect_now, endpoint
+            )
+
+    def _disconnect_now(self, endpoint: str) -> None:
+        self._pending_disconnects.pop(endpoint, None)
+        if self._sub is None or self._sub.closed or endpoint not in self._connected:
             return
         self._connected.discard(endpoint)
         self._link_state.pop(endpoint, None)
