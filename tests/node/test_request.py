@@ -6,13 +6,18 @@ import asyncio
 
 import anyio
 import pytest
+from anyio import TASK_STATUS_IGNORED
+from anyio.abc import TaskStatus
 
 import aoz
 
 pytestmark = pytest.mark.timeout(30)
 
-async def respond_forever(node: aoz.Node, subject: str, tag: bytes) -> None:
+async def respond_forever(
+    node: aoz.Node, subject: str, tag: bytes, *, task_status: TaskStatus[None] = TASK_STATUS_IGNORED
+) -> None:
     async with node.subscribe(subject) as sub:
+        task_status.started()
         async for req in sub:
             await req.respond(tag + b":" + req.data)
 
@@ -34,11 +39,15 @@ async def test_request_many_collects_every_responder(
 ) -> None:
     a, b = static_pair
     async with anyio.create_task_group() as tg:
-        tg.start_soon(respond_forever, a, "svc.all", b"a")  # self-delivery: a answers itself
-        tg.start_soon(respond_forever, b, "svc.all", b"b1")
-        tg.start_soon(respond_forever, b, "svc.all", b"b2")
-        await a.wait_for_interest("svc.all")
-        await b.wait_for_interest("svc.all")
+        await tg.start(respond_forever, a, "svc.all", b"a")  # self-delivery: a answers itself
+        await tg.start(respond_forever, b, "svc.all", b"b1")
+        await tg.start(respond_forever, b, "svc.all", b"b2")
+        # An XPUB reports a filter once, whoever sends it, so "svc.all" cannot show that
+        # both a's and b's filters reached a. Filters travel in order on each link, and
+        # only one node subscribes each probe: seeing the probe proves the rest arrived.
+        async with a.subscribe("probe.a"), b.subscribe("probe.b"):
+            await a.wait_for_interest("probe.a")
+            await a.wait_for_interest("probe.b")
         async with a.request_many("svc.all", b"q", timeout=5, max_replies=3) as replies:
             got = sorted([r.data async for r in replies])
         assert got == [b"a:q", b"b1:q", b"b2:q"]
