@@ -1008,18 +1008,23 @@ class Node:
         fut: asyncio.Future[Message] = self._loop.create_future()
         serial, handle = self._inbox.open(fut, time.monotonic() + timeout)
         self._requests += 1
+        # One timer that fails the future is much cheaper than an asyncio.timeout()
+        # scope per request (it matters with many requests in flight).
+        timer = self._loop.call_later(timeout, self._expire_request, fut, subject, timeout)
         try:
             self._send(encode_request(sb, handle, payload))
-            async with asyncio.timeout(timeout):
-                return await fut
-        except TimeoutError:
-            self._timeouts += 1
-            raise RequestTimeout(
-                f"no reply to request on {subject!r} within {timeout} s", subject=subject,
-                timeout=timeout,
-            ) from None
+            return await fut
         finally:
+            timer.cancel()
             self._inbox.close(serial)
+
+    def _expire_request(self, fut: asyncio.Future[Message], subject: str, timeout: float) -> None:
+        if not fut.done():
+            self._timeouts += 1
+            fut.set_exception(RequestTimeout(
+                f"no reply to request on {subject!r} within {timeout} s",
+                subject=subject, timeout=timeout,
+            ))
 
     def request_many(
         self,
