@@ -10,11 +10,13 @@ in flight) wait for the harness to close their stdin ("release"), bounded in tim
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import select
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 SUBJECT = "BENCH.DATA"
@@ -35,6 +37,22 @@ def params(argv: list[str] | None = None) -> tuple[str, dict[str, Any]]:
     action = args[0]
     p: dict[str, Any] = json.loads(args[1]) if len(args) > 1 else {}
     return action, p
+
+
+def run_role(argv: list[str] | None, actions: dict[str, Callable[[dict[str, Any]], Any]]) -> int:
+    """Run the action named on the command line; coroutine results are run with asyncio.
+
+    ``stallpub``/``stallsub`` call the ``pub``/``sub`` action with ``stall=True``.
+    """
+    action, p = params(argv)
+    stall = action in ("stallpub", "stallsub")
+    fn = actions.get(action[len("stall"):] if stall else action)
+    if fn is None:
+        raise SystemExit(f"unknown action {action!r}")
+    result = fn(p, stall=True) if stall else fn(p)  # type: ignore[call-arg]
+    if inspect.iscoroutine(result):
+        asyncio.run(result)
+    return 0
 
 
 def rss() -> int:

@@ -20,8 +20,8 @@ from ._common import (
     Receiver,
     emit,
     latency_summary,
-    params,
     rss,
+    run_role,
     wait_release,
     wait_release_sync,
 )
@@ -191,24 +191,7 @@ async def idle(p: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    action, p = params(argv)
-    if action == "pub":
-        asyncio.run(pub(p))
-    elif action == "sub":
-        asyncio.run(sub(p))
-    elif action == "stallpub":
-        asyncio.run(pub(p, stall=True))
-    elif action == "stallsub":
-        asyncio.run(sub(p, stall=True))
-    elif action == "rep":
-        asyncio.run(rep(p))
-    elif action == "req":
-        asyncio.run(req(p))
-    elif action == "idle":
-        asyncio.run(idle(p))
-    else:
-        raise SystemExit(f"unknown action {action!r}")
-    return 0
+    return run_role(argv, {"pub": pub, "sub": sub, "rep": rep, "req": req, "idle": idle})
 
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ from ._common import (
     Receiver,
     emit,
     latency_summary,
-    params,
     rss,
+    run_role,
     wait_release_sync,
 )
 
@@ -201,24 +201,7 @@ def idle(p: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    action, p = params(argv)
-    if action == "pub":
-        pub(p)
-    elif action == "sub":
-        sub(p)
-    elif action == "stallpub":
-        pub(p, stall=True)
-    elif action == "stallsub":
-        sub(p, stall=True)
-    elif action == "rep":
-        rep(p)
-    elif action == "req":
-        req(p)
-    elif action == "idle":
-        idle(p)
-    else:
-        raise SystemExit(f"unknown action {action!r}")
-    return 0
+    return run_role(argv, {"pub": pub, "sub": sub, "rep": rep, "req": req, "idle": idle})
 
 
 if __name__ == "__main__":

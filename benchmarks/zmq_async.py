@@ -22,8 +22,8 @@ from ._common import (
     Receiver,
     emit,
     latency_summary,
-    params,
     raw_handle,
+    run_role,
     wait_release,
     wire_publish,
     wire_reply,
@@ -243,12 +243,7 @@ async def req(p: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    action, p = params(argv)
-    fn = {"pub": pub, "sub": sub, "rep": rep, "req": req}.get(action)
-    if fn is None:
-        raise SystemExit(f"unknown action {action!r}")
-    asyncio.run(fn(p))
-    return 0
+    return run_role(argv, {"pub": pub, "sub": sub, "rep": rep, "req": req})
 
 
 if __name__ == "__main__":
