@@ -16,7 +16,7 @@ import os
 import select
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 SUBJECT = "BENCH.DATA"
@@ -147,3 +147,35 @@ def latency_summary(samples_ns: list[int], total_s: float) -> dict[str, Any]:
         return s[min(n - 1, int(q * n))] / 1000.0
 
     return {"n": n, "p50_us": pct(0.50), "p99_us": pct(0.99), "rtps": n / total_s}
+
+
+async def measure_requests(
+    request: Callable[..., Awaitable[Any]], subject: str, payload: bytes, p: dict[str, Any]
+) -> None:
+    """Warm up, then time sequential round trips and ``window`` requests in flight, and
+    emit the result. ``request(subject, payload, timeout=...)`` is the client's call."""
+    for _ in range(p.get("warmup", 200)):
+        await request(subject, payload, timeout=2.0)
+    clock = time.perf_counter_ns
+    samples: list[int] = []
+    t0 = time.perf_counter()
+    for _ in range(p["n_seq"]):
+        t = clock()
+        await request(subject, payload, timeout=2.0)
+        samples.append(clock() - t)
+    seq = latency_summary(samples, time.perf_counter() - t0)
+
+    n, window = p["n_pipe"], p.get("window", 64)
+    left = n
+
+    async def worker() -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            await request(subject, payload, timeout=5.0)
+
+    t0 = time.perf_counter()
+    async with asyncio.timeout(p.get("deadline", 60.0)):
+        await asyncio.gather(*(worker() for _ in range(window)))
+    pipe_s = time.perf_counter() - t0
+    emit("result", **seq, pipelined=n, pipelined_rps=n / pipe_s)

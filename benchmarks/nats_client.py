@@ -18,7 +18,7 @@ from ._common import (
     SUBJECT,
     Receiver,
     emit,
-    latency_summary,
+    measure_requests,
     rss,
     run_role,
     wait_release,
@@ -120,31 +120,7 @@ async def req(p: dict[str, Any]) -> None:
         emit("ready")
         payload = b"x" * p["size"]
         request = nc.request
-        for _ in range(p.get("warmup", 200)):
-            await request(RR_SUBJECT, payload, timeout=2.0)
-        clock = time.perf_counter_ns
-        samples: list[int] = []
-        t0 = time.perf_counter()
-        for _ in range(p["n_seq"]):
-            t = clock()
-            await request(RR_SUBJECT, payload, timeout=2.0)
-            samples.append(clock() - t)
-        seq = latency_summary(samples, time.perf_counter() - t0)
-
-        n, window = p["n_pipe"], p.get("window", 64)
-        left = n
-
-        async def worker() -> None:
-            nonlocal left
-            while left > 0:
-                left -= 1
-                await request(RR_SUBJECT, payload, timeout=5.0)
-
-        t0 = time.perf_counter()
-        async with asyncio.timeout(p.get("deadline", 60.0)):
-            await asyncio.gather(*(worker() for _ in range(window)))
-        pipe_s = time.perf_counter() - t0
-        emit("result", **seq, pipelined=n, pipelined_rps=n / pipe_s)
+        await measure_requests(request, RR_SUBJECT, payload, p)
     finally:
         await nc.close()
 
