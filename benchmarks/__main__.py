@@ -234,8 +234,15 @@ def _meets(op: str, value: float, target: float) -> bool | None:
     return {">=": value >= target, "<=": value <= target, "<": value < target}[op]
 
 
-def compute_ratios(rounds: dict[str, dict[str, list[float | None]]]) -> dict[str, Any]:
-    """Ratios taken per round (both systems measured in that round), then summarized."""
+def compute_ratios(
+    rounds: dict[str, dict[str, list[float | None]]], skipped: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """Ratios taken per round (both systems measured in that round), then summarized.
+
+    A ratio whose system was skipped on purpose (``skipped``: e.g. nats when there is no
+    ``nats-server`` on this machine) is reported with ``"skipped": True`` and no value, so
+    a reader (and the smoke test) can tell "not measured here" from "measurement failed".
+    """
     out: dict[str, Any] = {}
     for key, label, (fa, sa), (fb, sb), op, target in RATIOS:
         a = rounds.get(fa, {}).get(sa, [])
@@ -246,6 +253,7 @@ def compute_ratios(rounds: dict[str, dict[str, list[float | None]]]) -> dict[str
             label=label,
             target=f"{op} {target}" if op else "",
             meets=_meets(op, s["median"], target) if s["median"] is not None else None,
+            skipped=sa in skipped or sb in skipped,
         )
         out[key] = s
     return out
@@ -309,6 +317,8 @@ class Run:
         self.errors: list[str] = []
         self.notes: list[str] = []
         self.aoz_failed = False
+        # systems left out because their tool is missing here (not failures)
+        self.skipped: set[str] = set()
         self.loadavg_start = list(os.getloadavg())
 
     def record(
@@ -343,6 +353,7 @@ class Run:
                 "(install it with `apt-get install nats-server`)"
             )
             systems = systems - {"nats"}
+            self.skipped.add("nats")
         try:
             if "nats" in systems:
                 nats.start()
@@ -445,7 +456,8 @@ def build_report(run: Run, started: float, argv: list[str]) -> dict[str, Any]:
         "figures": figures,
         "rounds": run.rounds,
         "details": run.details,
-        "ratios": compute_ratios(run.rounds),
+        "ratios": compute_ratios(run.rounds, frozenset(run.skipped)),
+        "skipped_systems": sorted(run.skipped),
         "notes": run.notes,
         "errors": run.errors,
         "method": METHOD,
@@ -648,6 +660,8 @@ def tables(report: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]
     rows = []
     for r in report["ratios"].values():
         verdict = {True: "meets", False: "SHORT", None: ""}[r["meets"]]
+        if r.get("skipped"):
+            verdict = "skipped"
         rows.append([r["label"], cell(r, "ratio"), r["target"], verdict])
     out.append(
         (

@@ -141,10 +141,9 @@ class NatsServer:
     """nats-server on 127.0.0.1 with a random port, for the duration of a run."""
 
     def __init__(self) -> None:
-        self.binary = shutil.which("nats-server") or next(
-            (p for p in ("/usr/sbin/nats-server", "/usr/bin/nats-server") if os.path.exists(p)),
-            None,
-        )
+        # PATH alone decides (no fallback paths), so a run with nats-server taken off PATH
+        # behaves exactly like a fresh machine without it.
+        self.binary = shutil.which("nats-server")
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.version = ""

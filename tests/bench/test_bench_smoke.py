@@ -6,6 +6,8 @@ Speed is never asserted: the machine is shared and noisy.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,18 +25,26 @@ MEM = ["zmq", "aoz", "zenoh"]
 
 
 def _with_nats(systems: list[str], report: dict) -> list[str]:
-    skipped = any("nats-server not found" in n for n in report["notes"])
+    skipped = "nats" in report["skipped_systems"]
     return systems if skipped else [*systems, "nats"]
 
 
-@pytest.mark.timeout(110)
-def test_smoke_run_reports_every_figure(tmp_path: Path) -> None:
+def _path_without_nats_server() -> str:
+    """PATH with every directory that holds a ``nats-server`` removed: a fresh machine."""
+    dirs = os.environ.get("PATH", "").split(os.pathsep)
+    return os.pathsep.join(
+        d for d in dirs if d and not os.path.exists(os.path.join(d, "nats-server"))
+    )
+
+
+def _run_smoke(tmp_path: Path, env: dict[str, str], *extra: str) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--smoke", "--out", str(tmp_path)],
+        [sys.executable, "-m", "benchmarks", "--smoke", "--out", str(tmp_path), *extra],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=100,
+        env=env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
@@ -45,6 +55,30 @@ def test_smoke_run_reports_every_figure(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "results-smoke.json").read_text())
     assert report["mode"] == "smoke"
     assert report["errors"] == [], report["errors"]
+    return report
+
+
+@pytest.mark.timeout(110)
+def test_smoke_run_reports_every_figure_without_nats_server(tmp_path: Path) -> None:
+    """The README's ``make test`` on a fresh machine: no nats-server on PATH."""
+    env = dict(os.environ, PATH=_path_without_nats_server())
+    report = _run_smoke(tmp_path, env)
+    assert report["skipped_systems"] == ["nats"]
+    assert any("nats-server not found" in n for n in report["notes"])
+    nats_ratios = [k for k in report["ratios"] if "nats" in k]
+    assert nats_ratios and all(report["ratios"][k]["skipped"] for k in nats_ratios)
+    _check_report(report)
+
+
+@pytest.mark.timeout(110)
+@pytest.mark.skipif(shutil.which("nats-server") is None, reason="nats-server not installed")
+def test_smoke_run_with_nats_server(tmp_path: Path) -> None:
+    report = _run_smoke(tmp_path, dict(os.environ), "--systems", "aoz,nats,zmq.asyncio")
+    assert report["skipped_systems"] == []
+    assert report["ratios"]["iter_vs_nats_100B"]["median"] > 0
+
+
+def _check_report(report: dict) -> None:
     figures = report["figures"]
 
     def value(fig: str, system: str) -> float:
@@ -70,6 +104,7 @@ def test_smoke_run_reports_every_figure(tmp_path: Path) -> None:
     if not any("discovery convergence skipped" in n for n in report["notes"]):
         assert value("discovery_8_s", "aoz") > 0
     for key, ratio in report["ratios"].items():
-        assert ratio["median"] is not None and ratio["median"] > 0, key
+        if not ratio["skipped"]:
+            assert ratio["median"] is not None and ratio["median"] > 0, key
     for k in ("python", "pyzmq", "libzmq", "eclipse-zenoh", "nats-py"):
         assert report["versions"][k]
