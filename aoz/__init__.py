@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from . import queues
 from .blocking import BlockingNode, BlockingSubscription
 from .config import Settings, load_settings
 from .discovery.peers import Peer, PeerEvent
@@ -39,7 +40,7 @@ from .message import Message
 from .node import Node, NodeStatistics, ReplyStream, connect
 from .protocol.codecs import Codec
 from .protocol.frames import Kind
-from .services import Service, call, serve, wait_for_service
+from .services import Service, call, check_reply, serve, wait_for_service
 from .subscription import Subscription, SubscriptionStatistics
 
 logging.getLogger("aoz").addHandler(logging.NullHandler())
@@ -61,7 +62,24 @@ def __getattr__(name: str) -> Any:
         return Broker
     raise AttributeError(f"module 'aoz' has no attribute {name!r}")
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    # One place for the version: pyproject.toml, read back from the installed metadata.
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("aoz")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
+
+
+__version__ = _version()
+
+
+def __dir__() -> list[str]:
+    # `dir(aoz)` shows the public API only, not the modules and helpers behind it.
+    return sorted(__all__)
+
 
 __all__ = [
     "AozError",
@@ -95,8 +113,10 @@ __all__ = [
     "WaitTimeout",
     "__version__",
     "call",
+    "check_reply",
     "connect",
     "load_settings",
+    "queues",
     "serve",
     "wait_for_service",
 ]

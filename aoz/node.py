@@ -63,7 +63,7 @@ from .message import Message
 from .protocol.codecs import Codec, encode_payload
 from .protocol.frames import Kind, decode_frame, encode_reply, encode_request, publish_header
 from .protocol.inbox import InboxTable
-from .protocol.subjects import compile_pattern, is_reserved, subject_bytes
+from .protocol.subjects import compile_pattern, hidden_from_wildcards, is_reserved, subject_bytes
 from .security import ZAP_ENDPOINT, keypair, zap_reply
 from .subscription import Mailbox, Subscription, SubscriptionStatistics
 
@@ -607,7 +607,7 @@ class Node:
         if subject is None:
             self._malformed += 1
             return
-        if is_reserved(subject):
+        if hidden_from_wildcards(subject):  # aoz.queues hook: _QUEUE. copies skip wildcards
             return
         for w in self._wild:
             if w.pattern.matches(subject):

@@ -10,9 +10,15 @@ subscription reaches every peer's publisher, so ``wait_for_service`` is
 :meth:`Node.wait_for_interest` and a call to a service nobody offers fails at once
 with :class:`aoz.NoResponders`.
 
-A handler that raises makes the call fail with :class:`aoz.ServiceError` on the
-caller's side: the reply then carries ``{"aoz.error": "<type>: <message>"}``
-(msgpack), which :func:`call` turns back into the exception.
+**Errors, one convention.** When a handler raises, or returns something that cannot
+be encoded, the caller gets an error reply: the msgpack map
+``{"aoz.error": "<type>: <message>"}``. :func:`call` and :func:`check_reply` turn it
+into :class:`aoz.ServiceError`; the service logs the failure with its traceback
+(logger ``aoz.services``) and keeps serving. Nothing a handler does ends the service
+or the block that runs it.
+
+**Handlers** may be ``async def`` (run on the node's loop) or plain ``def`` (run in a
+worker thread, so a blocking handler does not stall the node).
 
     async def quote(req: aoz.Message) -> dict:
         return {"symbol": req.decode(), "bid": 1.0}
@@ -20,85 +26,181 @@ caller's side: the reply then carries ``{"aoz.error": "<type>: <message>"}``
     async with aoz.serve(node, "SVC.quote", quote):
         ...  # answered until the block ends
     result = await aoz.call(node, "SVC.quote", "IBM", timeout=1.0)
+
+With ``queue="workers"`` several services of the same name share the requests: each
+request is answered by one member of the group (see :mod:`aoz.queues`).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import anyio.abc
 
-from .errors import ServiceError
+from ._tasks import TaskOwner
+from .errors import AozError, ClosedError, EncodeError, ServiceError
 from .message import Message
 from .node import Node
 from .protocol.frames import Kind
-from .subscription import Subscription
 
-__all__ = ["Handler", "Service", "call", "serve", "wait_for_service"]
+__all__ = ["Handler", "Service", "call", "check_reply", "serve", "wait_for_service"]
 
 log = logging.getLogger("aoz.services")
 
-Handler = Callable[[Message], Awaitable[Any]]
+Handler = Callable[[Message], Awaitable[Any]] | Callable[[Message], Any]
 ERROR_KEY = "aoz.error"
 
 
-class Service:
-    """A running service; an async context manager that stops it on exit."""
+def _is_async(handler: Any) -> bool:
+    while isinstance(handler, functools.partial):
+        handler = handler.func
+    if inspect.iscoroutinefunction(handler):
+        return True
+    call_ = getattr(handler, "__call__", None)  # noqa: B004 - an async __call__ counts
+    return call_ is not None and inspect.iscoroutinefunction(call_)
 
-    def __init__(self, node: Node, name: str, handler: Handler, max_concurrency: int) -> None:
+
+class Service:
+    """A running service; an async context manager that stops it on exit.
+
+    It can also be started with :meth:`start` in one task and stopped with
+    :meth:`aclose` in another (a FastAPI lifespan, a fixture): its tasks live in a
+    :class:`aoz._tasks.TaskOwner`, not in the caller's task.
+
+    Attributes:
+        handled: requests answered with the handler's result.
+        failed: requests answered with an error reply (the handler raised, or its
+            result could not be encoded).
+    """
+
+    def __init__(
+        self,
+        node: Node,
+        name: str,
+        handler: Handler,
+        max_concurrency: int,
+        queue: str | None = None,
+    ) -> None:
+        if not callable(handler):
+            raise AozError(f"the handler of service {name!r} must be callable, not {handler!r}")
+        if max_concurrency < 1:
+            raise AozError("max_concurrency must be >= 1")
         self.node = node
         self.name = name
+        self.queue = queue
         self._handler = handler
+        self._is_async = _is_async(handler)
         self._limit = anyio.Semaphore(max_concurrency)
-        self._sub: Subscription = node.subscribe(name)
-        self._tg: anyio.abc.TaskGroup | None = None
-        self._cm = anyio.create_task_group()
+        self._owner = TaskOwner(f"aoz-service-{name}")
+        self._sub: Any = None
         self.handled = 0
         self.failed = 0
 
-    async def __aenter__(self) -> Service:
-        self._tg = await self._cm.__aenter__()
-        self._tg.start_soon(self._serve)
+    async def start(self) -> Service:
+        """Subscribe and start answering; returns once the subscription is in place."""
+        if self.queue is not None:
+            from .queues import subscribe as queue_subscribe
+
+            self._sub = queue_subscribe(self.node, self.name, self.queue)
+        else:
+            self._sub = self.node.subscribe(self.name)
+
+        async def setup(tg: anyio.abc.TaskGroup) -> None:
+            tg.start_soon(self._serve, tg, name=f"aoz-service-{self.name}")
+
+        await self._owner.start(setup)
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
-        await self._sub.aclose()
-        assert self._tg is not None
-        self._tg.cancel_scope.cancel()
-        await self._cm.__aexit__(None, None, None)
+    async def aclose(self) -> None:
+        """Stop answering: unsubscribe and cancel calls in progress. From any task; twice too."""
+        if self._sub is not None:
+            await self._sub.aclose()
+        await self._owner.aclose()
 
-    async def _serve(self) -> None:
-        assert self._tg is not None
+    async def __aenter__(self) -> Service:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    @property
+    def failure(self) -> BaseException | None:
+        """What ended the service's own task unexpectedly (e.g. its node failed), else None."""
+        return self._owner.failure
+
+    async def _serve(self, tg: anyio.abc.TaskGroup) -> None:
         async for msg in self._sub:
             if msg.kind is not Kind.REQUEST:
                 continue  # a publication on the service's topic, not a call
             await self._limit.acquire()
-            self._tg.start_soon(self._answer, msg)
+            tg.start_soon(self._answer, msg)
+
+    async def _run_handler(self, msg: Message) -> Any:
+        if self._is_async:
+            return await self._handler(msg)
+        result = await anyio.to_thread.run_sync(self._handler, msg)
+        if inspect.isawaitable(result):  # a plain def that returned a coroutine
+            result = await result
+        return result
 
     async def _answer(self, msg: Message) -> None:
         try:
             try:
-                result = await self._handler(msg)
+                result = await self._run_handler(msg)
             except Exception as exc:
-                self.failed += 1
-                log.warning("service %s handler failed: %r", self.name, exc)
-                result = {ERROR_KEY: f"{type(exc).__name__}: {exc}"}
-            else:
-                self.handled += 1
-            if not self.node.closed:
+                self._fail(msg, exc, "raised")
+                await self._respond_error(msg, exc)
+                return
+            try:
                 await msg.respond(result)
+            except EncodeError as exc:
+                self._fail(msg, exc, "returned a value that cannot be encoded")
+                await self._respond_error(msg, exc)
+                return
+            except ClosedError:
+                return  # the node is closing: nobody to answer
+            self.handled += 1
         finally:
             self._limit.release()
 
+    def _fail(self, msg: Message, exc: BaseException, what: str) -> None:
+        self.failed += 1
+        log.error(
+            "service %s: handler %s for a request on %r; the caller gets a ServiceError",
+            self.name, what, msg.subject, exc_info=exc,
+        )  # fmt: skip
 
-def serve(node: Node, name: str, handler: Handler, *, max_concurrency: int = 64) -> Service:
+    async def _respond_error(self, msg: Message, exc: BaseException) -> None:
+        try:
+            await msg.respond({ERROR_KEY: f"{type(exc).__name__}: {exc}"})
+        except AozError as err:  # the node closed, or the requester is gone
+            log.debug("service %s: could not send the error reply: %s", self.name, err)
+
+
+def serve(
+    node: Node,
+    name: str,
+    handler: Handler,
+    *,
+    max_concurrency: int = 64,
+    queue: str | None = None,
+) -> Service:
     """Advertise service ``name``: every request on it is answered by ``handler``.
 
-    Use the result as ``async with``; up to ``max_concurrency`` calls run at once.
+    ``handler`` is ``async def handler(msg) -> result`` or a plain function (run in a
+    worker thread). Use the result as ``async with`` (or ``await svc.start()`` /
+    ``await svc.aclose()``); up to ``max_concurrency`` calls run at once. With
+    ``queue``, services sharing the name and the group split the requests.
+
+    >>> async with aoz.serve(node, "SVC.echo", lambda m: m.decode()):  # doctest: +SKIP
+    ...     ...
     """
-    return Service(node, name, handler, max_concurrency)
+    return Service(node, name, handler, max_concurrency, queue)
 
 
 async def wait_for_service(node: Node, name: str, timeout: float = 5.0) -> None:
@@ -107,16 +209,45 @@ async def wait_for_service(node: Node, name: str, timeout: float = 5.0) -> None:
     await node.wait_for_interest(name, timeout=timeout)
 
 
+def check_reply(reply: Message, name: str) -> Message:
+    """Raise :class:`aoz.ServiceError` if ``reply`` is a service's error reply.
+
+    The same convention :func:`call` uses; for code that calls ``node.request``:
+
+    >>> reply = aoz.check_reply(await node.request("SVC.add", [1, 2]), "SVC.add")  # doctest: +SKIP
+    """
+    data = reply.data
+    # cheap pre-check: an error reply is a small msgpack map holding the key
+    if ERROR_KEY.encode() in data[:32]:
+        try:
+            value = reply.decode()
+        except AozError:
+            return reply
+        if isinstance(value, dict) and set(value) == {ERROR_KEY}:
+            raise ServiceError(f"service {name!r} failed: {value[ERROR_KEY]}", service=name)
+    return reply
+
+
 async def call(
-    node: Node, name: str, data: object = b"", *, timeout: float = 1.0, type: Any = None
+    node: Node,
+    name: str,
+    data: object = b"",
+    *,
+    timeout: float = 1.0,
+    type: Any = None,
+    queue_aware: bool = True,
 ) -> Any:
     """Call service ``name`` and return its decoded answer (into ``type`` when given).
 
     Raises :class:`aoz.NoResponders` if nobody offers it, :class:`aoz.RequestTimeout`
     if no answer comes in time, :class:`aoz.ServiceError` if the handler failed.
+    Services offered by queue groups are reached too (one member per group answers).
     """
-    reply = await node.request(name, data, timeout=timeout)
-    value = reply.decode()
-    if isinstance(value, dict) and set(value) == {ERROR_KEY}:
-        raise ServiceError(f"service {name!r} failed: {value[ERROR_KEY]}", service=name)
-    return value if type is None else reply.decode(type)
+    if queue_aware:
+        from .queues import request as queue_request
+
+        reply = await queue_request(node, name, data, timeout=timeout)
+    else:
+        reply = await node.request(name, data, timeout=timeout)
+    check_reply(reply, name)
+    return reply.decode() if type is None else reply.decode(type)

@@ -45,11 +45,13 @@ except ImportError:  # pragma: no cover - other Pythons
     _sre_parse = _sre_c = None
 
 __all__ = [
+    "HIDDEN_PREFIXES",
     "MAX_SUBJECT",
     "RESERVED_PREFIXES",
     "Pattern",
     "PatternKind",
     "compile_pattern",
+    "hidden_from_wildcards",
     "is_reserved",
     "subject_bytes",
 ]
@@ -109,6 +111,20 @@ def subject_bytes(subject: str) -> bytes:
             subject=subject,
         )
     return data
+
+
+#: subjects wildcard subscriptions never receive: the reserved ones and queue-group
+#: member subjects (aoz.queues), which carry copies of messages sent on another subject
+HIDDEN_PREFIXES: Final = (*RESERVED_PREFIXES, "_QUEUE.")
+
+
+def hidden_from_wildcards(subject: str) -> bool:
+    """True for subjects a wildcard or regex subscription must not receive.
+
+    >>> hidden_from_wildcards("_QUEUE.workers.m-1.SVC.work"), hidden_from_wildcards("MD.IBM")
+    (True, False)
+    """
+    return subject.startswith(HIDDEN_PREFIXES)
 
 
 def is_reserved(subject: str) -> bool:
