@@ -40,11 +40,11 @@ from starlette.websockets import (
     WebSocketState,
 )
 
-from .cli import message_text, message_to_dict
 from .config import Overflow
 from .errors import AozError
 from .message import Message
 from .node import Node, connect
+from .render import message_text, message_to_dict
 
 __all__ = ["STATE_KEY", "NodeDep", "get_node", "lifespan", "message_to_dict", "relay"]
 

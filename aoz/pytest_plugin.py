@@ -113,6 +113,7 @@ async def aoz_nsd() -> AsyncIterator[NamingDaemon]:
     finally:
         await held.exit()
 
+
 @_async_fixture
 async def aoz_node_factory(aoz_nsd: NamingDaemon) -> AsyncIterator[NodeFactory]:
     """Start nodes with ``await aoz_node_factory(**settings)``; all are closed at teardown.
@@ -143,6 +144,7 @@ async def aoz_node_factory(aoz_nsd: NamingDaemon) -> AsyncIterator[NodeFactory]:
                 errors.append(exc)
         if errors:
             raise errors[0]
+
 
 @_async_fixture
 async def aoz_node(aoz_node_factory: NodeFactory) -> Node:

@@ -79,6 +79,7 @@ __all__ = [
     "request",
     "subscribe",
     "wait_for_members",
+    "wait_for_receivers",
 ]
 
 QUEUE_PREFIX = "_QUEUE."
@@ -281,6 +282,19 @@ async def wait_for_members(
                 f"after {timeout} s, expected {'exactly ' if exactly else ''}{count}",
                 timeout=timeout,
             )
+        await _interest_changed(node, min(remaining, 0.05))
+
+
+async def wait_for_receivers(node: Node, subject: str, timeout: float = 5.0) -> bool:
+    """Wait until a plain subscriber or a queue-group member of ``subject`` has reached
+    this node; True if one did within ``timeout`` seconds (no exception)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if node.has_interest(subject) or members(node, subject):
+            return True
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
         await _interest_changed(node, min(remaining, 0.05))
 
 

@@ -133,10 +133,10 @@ class DriverCore:
                 case DisconnectData(endpoint=ep):
                     links.disconnect_peer(ep)
                 case PeerJoined(peer=peer):
-                    log.debug("%s peer joined: %s %s", self.kind, peer.uuid, peer.endpoint)
+                    log.info("%s peer joined: %s %s", self.kind, peer.uuid, peer.endpoint)
                     links.peer_event(PeerEvent(kind="joined", peer=peer))
                 case PeerLeft(peer=peer):
-                    log.debug("%s peer left: %s %s", self.kind, peer.uuid, peer.endpoint)
+                    log.info("%s peer left: %s %s", self.kind, peer.uuid, peer.endpoint)
                     links.peer_event(PeerEvent(kind="left", peer=peer))
                 case PeerExpired(peer=peer):
                     log.info("%s peer expired: %s %s", self.kind, peer.uuid, peer.endpoint)

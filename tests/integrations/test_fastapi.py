@@ -122,7 +122,6 @@ async def test_websocket_relays_market_data_and_stops_on_disconnect(
 
 def test_node_dependency_without_the_lifespan_is_a_clear_error() -> None:
 
-
     app = FastAPI()  # no aoz lifespan
 
     @app.get("/")
@@ -134,7 +133,6 @@ def test_node_dependency_without_the_lifespan_is_a_clear_error() -> None:
 
 
 def test_lifespan_runs_the_apps_own_lifespan_with_the_node_open() -> None:
-
 
     seen: list[bool] = []
 

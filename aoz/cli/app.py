@@ -1,0 +1,54 @@
+"""The typer application: the root options and one module per group of verbs."""
+
+from typing import Annotated
+
+import typer
+
+from . import _common as c
+
+HELP = (
+    "aoz: asyncio messaging over ZeroMQ, wire-compatible with OZ. "
+    "Data goes to stdout, logs to stderr. --log-level works before or after the verb."
+)
+
+
+def build_app() -> typer.Typer:
+    from . import bench, daemons, peers, pubsub, reqrep
+
+    app = typer.Typer(
+        name="aoz",
+        help=HELP,
+        no_args_is_help=True,
+        add_completion=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+        pretty_exceptions_enable=False,
+    )
+
+    def show_version(value: bool) -> None:
+        if value:
+            import aoz
+
+            print(f"aoz {aoz.__version__}")
+            raise typer.Exit(0)
+
+    @app.callback()
+    def _root(
+        log_level: c.LogLevel = None,
+        version: Annotated[
+            bool,
+            typer.Option(
+                "--version",
+                is_eager=True,
+                callback=show_version,
+                help="Print the version and exit.",
+            ),
+        ] = False,
+    ) -> None:
+        """Options before the verb."""
+
+    pubsub.register(app)
+    reqrep.register(app)
+    peers.register(app)
+    bench.register(app)
+    daemons.register(app)
+    return app

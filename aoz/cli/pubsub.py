@@ -1,0 +1,346 @@
+"""``aoz pub`` and ``aoz sub``."""
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import anyio
+import msgspec
+import typer
+
+from ..errors import AozError, TransportError
+from ..message import Message
+from ..protocol.codecs import Codec
+from ..render import message_text, message_to_dict
+from . import _common as c
+from .templates import TemplateError, parse_duration, render
+
+BodyCodec = Literal["text", "raw", "json", "msgpack"]
+NATS_UNBOUNDED = 32_767  # natscli: --count below 1 publishes this many (math.MaxInt16)
+PROGRESS_ABOVE = 20  # natscli shows a progress bar above this many messages
+
+EXAMPLES = {
+    "pub": """Examples:
+
+  aoz pub MD.NYSE.IBM 'hello'
+
+  aoz pub MD.NYSE.IBM 'tick {{Count}} at {{TimeStamp}}' --count 10 --sleep 100ms
+
+  aoz pub LOAD.test '{{Random 100 200}}' --count 0       # 32,767 messages, as natscli
+
+  echo '{"bid": 1.5}' | aoz pub MD.NYSE.IBM --codec json
+
+Templates: {{Count}} {{TimeStamp}} {{Unix}} {{UnixNano}} {{Time}} {{ID}} {{Random min max}}""",
+    "sub": """Examples:
+
+  aoz sub 'MD.>'
+
+  aoz sub 'MD.*.IBM' --count 5 --raw
+
+  aoz sub '^MD\\.NYSE\\..*' --json | jq .data
+
+  aoz sub FILES.in --dump out/ --raw          # one file per message, bytes as received
+
+  aoz sub WORK.jobs --queue workers           # share the messages with the group""",
+}
+
+
+# ---------------------------------------------------------------- payloads
+def payload(
+    body: str | bytes, n: int, codec: BodyCodec, templates: bool = True
+) -> tuple[object, Codec]:
+    """The value to send as message number ``n`` (templates rendered)."""
+    if isinstance(body, bytes):
+        try:
+            body = body.decode("utf-8")
+        except UnicodeDecodeError:
+            if codec != "raw":
+                raise c.UserError(
+                    f"the body is not UTF-8, so it cannot be sent as {codec}; use --codec raw"
+                ) from None
+            return body, Codec.RAW
+    try:
+        text = render(body, n) if templates else body
+    except TemplateError as exc:
+        raise c.UserError(str(exc)) from None
+    if codec == "text":
+        return text, Codec.TEXT
+    if codec == "raw":
+        return text.encode("utf-8"), Codec.RAW
+    try:
+        value = msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
+        raise c.UserError(f"--codec {codec} needs a JSON body: {exc}") from None
+    return value, Codec.JSON if codec == "json" else Codec.MSGPACK
+
+
+def codec_of(value: str) -> BodyCodec:
+    if value not in ("text", "raw", "json", "msgpack"):
+        raise typer.BadParameter("choose text, raw, json or msgpack", param_hint="--codec")
+    return value  # type: ignore[return-value]
+
+
+def body_or_stdin(body: str | None) -> str | bytes:
+    import sys
+
+    if body is not None:
+        return body
+    if sys.stdin.isatty():
+        raise typer.BadParameter("give a BODY or pipe one into stdin", param_hint="BODY")
+    return sys.stdin.buffer.read()
+
+
+def duration(value: str | None) -> float:
+    if value is None:
+        return 0.0
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--sleep") from None
+
+
+def progress_bar(total: int, what: str) -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    return Progress(
+        f"[bold]{what}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=c.console(stderr=True),
+        transient=False,
+    )
+
+
+# ---------------------------------------------------------------- pub
+async def pub(
+    conn: dict[str, Any],
+    subject: str,
+    body: str | bytes,
+    *,
+    count: int = 1,
+    wait: float = 2.0,
+    codec: BodyCodec = "text",
+    sleep: float = 0.0,
+    quiet: bool = False,
+    templates: bool = True,
+    queue_aware: bool = True,
+) -> int:
+    """Publish ``count`` messages; exit 1 if some had no subscriber (dropped)."""
+    c.check_subject(subject, "pub")
+    total = NATS_UNBOUNDED if count < 1 else count
+    payload(body, 1, codec, templates)  # a bad body or template fails before connecting
+    from .. import queues
+
+    dropped = 0
+    async with c.open_node(conn) as node:
+        if not await queues.wait_for_receivers(node, subject, wait):
+            c.info(f"warning: no subscriber for {subject!r} after {wait} s")
+        else:  # every subscriber, not just the first whose subscription arrived
+            await c.wait_for_mesh(node, wait)
+        bar = (
+            progress_bar(total, f"Publishing to {subject}")
+            if total > PROGRESS_ABOVE and not quiet
+            else None
+        )
+        task = bar.add_task("pub", total=total) if bar is not None else None
+        if bar is not None:
+            bar.start()
+        try:
+            for n in range(1, total + 1):
+                value, cd = payload(body, n, codec, templates)
+                try:
+                    if queue_aware:
+                        sent = await queues.publish(node, subject, value, codec=cd)
+                    else:
+                        sent = 1 if node.has_interest(subject) else 0
+                        await node.publish(subject, value, codec=cd)
+                except TransportError as exc:
+                    c.info(f"message {n} dropped: {exc}")
+                    sent = 0
+                if not sent:
+                    dropped += 1
+                if bar is not None:
+                    bar.update(task, advance=1)
+                if sleep and n < total:
+                    await anyio.sleep(sleep)
+        finally:
+            if bar is not None:
+                bar.stop()
+        if not quiet:
+            c.info(f"Published {total} message(s) to {subject!r}")
+    if dropped:
+        c.error(f"{dropped} of {total} message(s) had no subscriber and were dropped")
+        return 1
+    return 0
+
+
+# ---------------------------------------------------------------- sub
+async def sub(
+    conn: dict[str, Any],
+    pattern: str,
+    *,
+    count: int = 0,
+    raw: bool = False,
+    as_json: bool = False,
+    dump: Path | None = None,
+    queue: str | None = None,
+) -> int:
+    """Print (or dump) messages matching ``pattern`` until interrupted or ``count`` arrived."""
+    if dump is not None:
+        _prepare_dump(dump)
+    from .. import queues
+
+    async with c.open_node(conn) as node:
+        if queue is not None:
+            try:
+                subscription: Any = queues.subscribe(node, pattern, queue)
+            except AozError as exc:
+                raise c.UserError(f"--queue: {exc}") from None
+        else:
+            subscription = node.subscribe(pattern)
+        async with subscription:
+            where = f" in queue group {queue!r}" if queue else ""
+            c.info(f"Listening on {pattern!r}{where}")
+            n = 0
+            async for msg in subscription:
+                n += 1
+                if dump is not None:
+                    _dump(dump, msg, n, raw=raw)
+                else:
+                    show(msg, n, raw=raw, as_json=as_json)
+                if count and n >= count:
+                    break
+            stats = subscription.statistics()
+        if stats.dropped:
+            c.error(f"{stats.dropped} message(s) dropped: this command could not keep up")
+            return 1
+    return 0
+
+
+def show(msg: Message, n: int, *, raw: bool, as_json: bool) -> None:
+    """One message on stdout: natscli's header and body, ``--raw`` body lines or JSON."""
+    if as_json:
+        c.write(msgspec.json.encode(message_to_dict(msg)) + b"\n")
+    elif raw:
+        c.write(msg.data + b"\n")
+    else:
+        head = f'[#{n}] Received on "{msg.subject}"'
+        if msg.reply:
+            head += f' with reply "{msg.reply}"'
+        c.write(f"{head}\n{message_text(msg)}\n\n".encode())
+
+
+def _prepare_dump(directory: Path) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise c.UserError(
+            f"--dump {directory}: cannot create the directory ({exc.strerror})"
+        ) from None
+
+
+def _dump(directory: Path, msg: Message, n: int, *, raw: bool) -> None:
+    """natscli's --dump: one file per message; with --raw the body's exact bytes."""
+    if raw:
+        (directory / f"{n}.raw").write_bytes(msg.data)
+    else:
+        (directory / f"{n}.json").write_bytes(msgspec.json.encode(message_to_dict(msg)))
+
+
+# ---------------------------------------------------------------- typer commands
+def register(app: typer.Typer) -> None:
+    CodecOpt = Annotated[
+        str,
+        typer.Option(
+            "--codec",
+            help="Payload codec of the body: text, raw, json or msgpack "
+            "(json/msgpack parse the body as JSON).",
+        ),
+    ]
+
+    @app.command("pub", epilog=EXAMPLES["pub"])
+    def _pub(
+        subject: Annotated[str, typer.Argument(help="Subject to publish on (no wildcards).")],
+        body: Annotated[
+            str | None,
+            typer.Argument(help="Message body; read from stdin when absent. Templates apply."),
+        ] = None,
+        count: Annotated[
+            int,
+            typer.Option(
+                "--count", "-c", help="Messages to publish (below 1: 32,767, as natscli)."
+            ),
+        ] = 1,
+        sleep: Annotated[
+            str | None,
+            typer.Option(
+                "--sleep", metavar="DURATION", help="Pause between messages: 0.5, 100ms, 2s."
+            ),
+        ] = None,
+        wait: Annotated[
+            float, typer.Option("--wait", min=0.0, help="Seconds to wait for a subscriber first.")
+        ] = 2.0,
+        codec: CodecOpt = "text",
+        quiet: Annotated[
+            bool, typer.Option("--quiet", "-q", help="No progress or summary.")
+        ] = False,
+        templates: Annotated[
+            bool, typer.Option("--templates/--no-templates", help="Render {{...}} templates.")
+        ] = True,
+        log_level: c.LogLevel = None,
+        naming: c.Naming = None,
+        static_bind: c.StaticBind = None,
+        static_connect: c.StaticConnect = None,
+        config: c.Config = None,
+        connect_timeout: c.ConnectTimeout = None,
+    ) -> None:
+        """Publish a message (COUNT times) once a subscriber is reachable.
+
+        Exit status 1 when messages were dropped because nobody subscribed.
+        """
+        conn = c.Conn(naming, static_bind, static_connect, config, connect_timeout).kwargs("pub")
+        c.run(pub(conn, subject, body_or_stdin(body), count=count, wait=wait,
+                  codec=codec_of(codec), sleep=duration(sleep), quiet=quiet,
+                  templates=templates))  # fmt: skip
+
+    @app.command("sub", epilog=EXAMPLES["sub"])
+    def _sub(
+        pattern: Annotated[
+            str, typer.Argument(help="Subject, NATS-style pattern (A.*.C, A.>) or ^regex.")
+        ],
+        count: Annotated[
+            int, typer.Option("--count", "-c", min=0, help="Exit after COUNT messages (0 = never).")
+        ] = 0,
+        raw: Annotated[
+            bool,
+            typer.Option(
+                "--raw", "-r", help="Bodies only, one per line (with --dump: exact bytes)."
+            ),
+        ] = False,
+        as_json: Annotated[
+            bool, typer.Option("--json", help="One JSON object per message.")
+        ] = False,
+        dump: Annotated[
+            Path | None,
+            typer.Option(
+                "--dump", metavar="DIR", help="Write each message to DIR/N.json (N.raw with --raw)."
+            ),
+        ] = None,
+        queue: Annotated[
+            str | None,
+            typer.Option(
+                "--queue",
+                metavar="GROUP",
+                help="Join a queue group: each message goes to one member.",
+            ),
+        ] = None,
+        log_level: c.LogLevel = None,
+        naming: c.Naming = None,
+        static_bind: c.StaticBind = None,
+        static_connect: c.StaticConnect = None,
+        config: c.Config = None,
+        connect_timeout: c.ConnectTimeout = None,
+    ) -> None:
+        """Print messages matching PATTERN ("Listening on ..." on stderr once subscribed)."""
+        conn = c.Conn(naming, static_bind, static_connect, config, connect_timeout).kwargs("sub")
+        c.run(sub(conn, pattern, count=count, raw=raw, as_json=as_json, dump=dump, queue=queue))

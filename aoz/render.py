@@ -1,0 +1,73 @@
+"""Messages for people and for JSON consumers (used by the CLI, the FastAPI relay...).
+
+:func:`message_to_dict` has a *stable* shape: the type of ``data`` depends only on
+``encoding``, and ``encoding`` only on the payload's codec (and on whether it decodes):
+
+============  ==============  ==========================================
+codec         ``encoding``     ``data``
+============  ==============  ==========================================
+msgpack/json  ``"json"``       the decoded value (object, array, number...)
+text          ``"text"``       a string
+raw/unknown   ``"base64"``     the payload's bytes, base64
+malformed     ``"base64"``     the payload's bytes, base64
+============  ==============  ==========================================
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import msgspec
+
+from .errors import DecodeError
+from .message import Message
+from .protocol.codecs import Codec
+
+__all__ = ["message_text", "message_to_dict"]
+
+_VALUE_CODECS = (Codec.MSGPACK, Codec.JSON)
+
+
+def message_to_dict(msg: Message) -> dict[str, Any]:
+    """A JSON-ready view of a message with a stable shape (see the module docstring).
+
+    >>> msgspec.json.encode(message_to_dict(msg))  # doctest: +SKIP
+    b'{"subject":"MD.IBM","kind":"publish","codec":"text","reply":null,...,"data":"hi"}'
+    """
+    data, encoding = _data(msg)
+    return {
+        "subject": msg.subject,
+        "kind": msg.kind.name.lower(),
+        "codec": msg.codec.name.lower(),
+        "reply": msg.reply,
+        "received_at": msg.received_at,
+        "size": len(msg.data),
+        "encoding": encoding,
+        "data": data,
+    }
+
+
+def message_text(msg: Message) -> str:
+    """The payload for a human: text as is, msgpack/JSON as JSON, raw bytes as UTF-8
+    (undecodable bytes backslash-escaped)."""
+    if msg.codec in (*_VALUE_CODECS, Codec.TEXT):
+        try:
+            value = msg.decode()
+        except DecodeError:
+            pass  # shown as bytes below
+        else:
+            return value if isinstance(value, str) else msgspec.json.encode(value).decode()
+    return msg.data.decode("utf-8", errors="backslashreplace")
+
+
+def _data(msg: Message) -> tuple[Any, str]:
+    codec = msg.codec
+    if codec in _VALUE_CODECS or codec is Codec.TEXT:
+        try:
+            value = msg.decode()
+        except DecodeError:
+            pass  # a malformed payload is given as its bytes
+        else:
+            return value, "text" if codec is Codec.TEXT else "json"
+    return base64.b64encode(msg.data).decode("ascii"), "base64"

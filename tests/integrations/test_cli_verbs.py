@@ -1,0 +1,257 @@
+"""The natscli-level behaviours of the installed ``aoz`` script (issue 14): user errors
+without tracebacks, pub templates/--sleep/--count 0/progress, byte-exact --dump,
+queue groups across processes, req --replies, bench, broker, --connect-timeout."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+import aoz
+from aoz import queues
+from aoz.pytest_plugin import NodeFactory
+
+from .conftest import AOZ, STEP, Proc, Spawn, clean_env
+
+Cli = Callable[..., Awaitable[Proc]]
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def no_traceback(err: str) -> None:
+    assert "Traceback" not in err, err
+
+
+# ---------------------------------------------------------------- global options
+async def test_version_and_log_level_anywhere(spawn: Spawn) -> None:
+    version = await spawn([str(AOZ), "--version"])
+    rc, out, err = await version.finish()
+    assert rc == 0, err
+    assert out.strip() == f"aoz {aoz.__version__}"
+    for argv in (["--log-level", "loud", "sub", "X"], ["sub", "X", "--log-level=loud"]):
+        bad = await spawn([str(AOZ), *argv])
+        rc, out, err = await bad.finish()
+        assert rc == 2 and out == ""
+        assert "--log-level 'loud' is not a level" in err
+        no_traceback(err)
+
+
+async def test_log_level_after_the_verb_shows_peer_joins(
+    aoz_cli: Cli, aoz_node_factory: NodeFactory
+) -> None:
+    await aoz_node_factory(program="joiner")
+    peers = await aoz_cli("peers", "--once", "--min", "1", "--wait", "20", "--log-level", "info")
+    rc, _, err = await peers.finish(timeout=30)
+    assert rc == 0, err
+    assert "peer joined" in err and " INFO " in err
+
+
+async def test_user_errors_are_messages_not_tracebacks(aoz_cli: Cli, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    cases = [
+        (["record", "R.>", "--dir", str(blocker / "sub")], "cannot write there"),
+        (["pub", "MD.*", "x"], "is a pattern"),
+        (["pub", "MD..X", "x"], "has an empty token"),
+        (["pub", "MD.X", "{{Nope}}"], "unknown template function"),
+        (["sub", "X", "--config", str(tmp_path / "missing.toml")], "no such file"),
+        (["sub", "X.>", "--queue", "w"], "exact subjects"),
+        (["sub", "X", "--dump", str(blocker / "d")], "cannot create the directory"),
+    ]
+    for argv, message in cases:
+        proc = await aoz_cli(*argv)
+        rc, _, err = await proc.finish()
+        assert rc == 2, (argv, err)
+        assert message in err, (argv, err)
+        no_traceback(err)
+
+
+async def test_connect_timeout_says_once_that_it_waits(spawn: Spawn) -> None:
+    env = clean_env(AOZ_NAMING="tcp://127.0.0.1:1")  # nobody there
+    sub = await spawn([str(AOZ), "sub", "X", "--connect-timeout", "1.5"], env=env)
+    rc, _, err = await sub.finish()
+    assert rc == 1
+    assert err.count("waiting for a naming daemon at tcp://127.0.0.1:1") == 1
+    assert "no naming daemon answered" in err
+    no_traceback(err)
+
+
+# ---------------------------------------------------------------- pub
+async def test_pub_templates_and_sleep(aoz_cli: Cli, aoz_node: aoz.Node) -> None:
+    async with aoz_node.subscribe("TPL.x") as received:
+        pub = await aoz_cli(
+            "pub", "TPL.x", "{{Count}}|{{Unix}}|{{ID}}|{{Random 3 5}}|{{TimeStamp}}",
+            "--count", "3", "--sleep", "10ms",
+        )  # fmt: skip
+        rc, _, err = await pub.finish()
+        assert rc == 0, err
+        bodies = [(await received.next(timeout=STEP)).decode() for _ in range(3)]
+    rows = [b.split("|") for b in bodies]
+    assert [r[0] for r in rows] == ["1", "2", "3"]
+    assert all(r[1].isdigit() for r in rows)
+    assert len({r[2] for r in rows}) == 3  # a unique id per message
+    assert all(3 <= len(r[3]) <= 5 and r[3].isalnum() for r in rows)
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", r[4]) for r in rows)
+
+
+async def test_pub_count_0_means_natscli_32767_with_a_progress_bar(
+    aoz_cli: Cli, aoz_node: aoz.Node
+) -> None:
+    async with aoz_node.subscribe("MANY.x", queue_size=40_000) as received:
+        pub = await aoz_cli("pub", "MANY.x", "{{Count}}", "--count", "0")
+        rc, _, err = await pub.finish(timeout=60)
+        assert rc == 0, err
+        assert "Publishing to MANY.x" in err  # the progress bar (stderr)
+        assert "Published 32767 message(s)" in err
+        last = None
+        for _ in range(32_767):
+            last = await received.next(timeout=STEP)
+        assert last is not None and last.decode() == "32767"
+        assert received.statistics().dropped == 0
+
+
+# ---------------------------------------------------------------- sub
+async def test_sub_dump_raw_is_byte_exact(aoz_cli: Cli, aoz_node: aoz.Node, tmp_path: Path) -> None:
+    payloads = [b"\x00\xff\n\r\n", b"", b"line\n", bytes(range(256))]
+    dump = tmp_path / "dump"
+    sub = await aoz_cli("sub", "BYTES.x", "--dump", str(dump), "--raw", "--count", "4")
+    await sub.wait_stderr("Listening on")
+    await aoz_node.wait_for_interest("BYTES.x", timeout=STEP)
+    for p in payloads:
+        await aoz_node.publish("BYTES.x", p)
+    rc, out, err = await sub.finish()
+    assert rc == 0, err
+    assert out == ""
+    assert [(dump / f"{n}.raw").read_bytes() for n in (1, 2, 3, 4)] == payloads
+
+
+async def test_sub_dump_json(aoz_cli: Cli, aoz_node: aoz.Node, tmp_path: Path) -> None:
+    sub = await aoz_cli("sub", "DJ.*", "--dump", str(tmp_path), "--count", "1")
+    await sub.wait_stderr("Listening on")
+    await aoz_node.wait_for_interest("DJ.a", timeout=STEP)
+    await aoz_node.publish("DJ.a", {"bid": 1.5})
+    rc, _, err = await sub.finish()
+    assert rc == 0, err
+    doc = json.loads((tmp_path / "1.json").read_text())
+    assert (doc["subject"], doc["codec"], doc["encoding"], doc["data"]) == (
+        "DJ.a",
+        "msgpack",
+        "json",
+        {"bid": 1.5},
+    )
+
+
+async def test_sub_queue_group_splits_publications(aoz_cli: Cli, aoz_node: aoz.Node) -> None:
+    subs = []
+    for _ in range(2):
+        # one sender rotates strictly over the two members: 10 messages each
+        p = await aoz_cli("sub", "QP.x", "--queue", "readers", "--raw", "--count", "10")
+        await p.wait_stderr("in queue group 'readers'")
+        subs.append(p)
+    await queues.wait_for_members(aoz_node, "QP.x", "readers", 2, timeout=STEP)
+    pub = await aoz_cli("pub", "QP.x", "{{Count}}", "--count", "20", "--quiet")
+    rc, _, err = await pub.finish()
+    assert rc == 0, err
+    lines: list[str] = []
+    for p in subs:
+        rc, out, err = await p.finish()
+        assert rc == 0, err
+        assert len(out.split()) == 10
+        lines += out.split()
+    assert sorted(lines, key=int) == [str(n) for n in range(1, 21)]  # each exactly once
+
+
+# ---------------------------------------------------------------- req / reply
+async def test_three_reply_processes_in_a_queue_group_answer_300_requests_once_each(
+    aoz_cli: Cli, aoz_node: aoz.Node
+) -> None:
+    members = []
+    for _ in range(3):
+        p = await aoz_cli("reply", "QR.work", "--echo", "--queue", "workers")
+        await p.wait_stderr("in queue group 'workers'")
+        members.append(p)
+    await queues.wait_for_members(aoz_node, "QR.work", "workers", 3, timeout=STEP)
+    answers = []
+    for i in range(300):
+        reply = await queues.request(aoz_node, "QR.work", f"job-{i}", timeout=STEP)
+        answers.append(reply.decode())
+    assert answers == [f"job-{i}" for i in range(300)]
+    seen: Counter[str] = Counter()
+    per_member = []
+    for p in members:
+        p.proc.send_signal(signal.SIGTERM)
+        _, out, _ = await p.finish()
+        jobs = re.findall(r"^job-\d+$", out, flags=re.M)
+        per_member.append(len(jobs))
+        seen.update(jobs)
+    assert seen == Counter(f"job-{i}" for i in range(300))  # each answered exactly once
+    assert per_member == [100, 100, 100]  # one requester: strict round robin
+
+
+async def test_req_replies_n_and_0(aoz_cli: Cli) -> None:
+    responders = []
+    for name in ("one", "two"):
+        p = await aoz_cli("reply", "MANY.svc", f"from {name}")
+        await p.wait_stderr("Listening on")
+        responders.append(p)
+    req = await aoz_cli("req", "MANY.svc", "q", "--replies", "2", "--timeout", str(STEP))
+    rc, out, err = await req.finish()
+    assert rc == 0, err
+    assert sorted(out.splitlines()) == ["from one", "from two"]
+    req = await aoz_cli("req", "MANY.svc", "q", "--replies", "0", "--timeout", "1")
+    rc, out, err = await req.finish()
+    assert rc == 0, err
+    assert sorted(out.splitlines()) == ["from one", "from two"]
+    assert "2 replies" in err
+    for p in responders:
+        await p.terminate()
+
+
+# ---------------------------------------------------------------- bench, broker
+async def test_bench_measures_the_mesh_pubsub_and_request(aoz_cli: Cli) -> None:
+    bench = await aoz_cli("bench", "BENCH.t", "--pub", "1", "--sub", "2", "--msgs", "2000",
+                          "--size", "64", "--json")  # fmt: skip
+    rc, out, err = await bench.finish(timeout=60)
+    assert rc == 0, err
+    r = json.loads(out)
+    assert (r["mode"], r["messages"], r["received"], r["lost"]) == ("pubsub", 2000, [2000, 2000], 0)
+    assert r["pub_msgs_per_s"] > 0 and all(x > 0 for x in r["sub_msgs_per_s"])
+    lat = r["latency_us"]
+    assert 0 <= lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
+
+    bench = await aoz_cli("bench", "BENCH.r", "--request", "--sub", "2", "--msgs", "200", "--json")
+    rc, out, err = await bench.finish(timeout=60)
+    assert rc == 0, err
+    r = json.loads(out)
+    assert r["mode"] == "request" and r["lost"] == 0 and sum(r["received"]) == 200
+    assert r["received"] == [100, 100]  # the responders form a queue group
+
+    table = await aoz_cli("bench", "BENCH.v", "--msgs", "500", "--no-progress")
+    rc, out, err = await table.finish(timeout=60)
+    assert rc == 0, err
+    assert "msgs/s" in out and "p99" in out
+
+
+async def test_broker_verb_forwards_between_nodes(spawn: Spawn) -> None:
+    broker = await spawn([str(AOZ), "broker", "--pub-port", "0", "--sub-port", "0"])
+    line = await broker.wait_stderr("aoz broker ready")
+    pub_ep = line.split("pub=")[1].split()[0]
+    sub_ep = line.split("sub=")[1].split()[0]
+    settings = {"broker_pub": pub_ep, "broker_sub": sub_ep}
+    async with (
+        aoz.connect(**settings) as a,
+        aoz.connect(**settings) as b,
+        b.subscribe("BRK.x") as sub,
+    ):
+        await a.wait_for_interest("BRK.x", timeout=STEP)
+        await a.publish("BRK.x", b"via broker")
+        assert (await sub.next(timeout=STEP)).data == b"via broker"
+    broker.proc.send_signal(signal.SIGTERM)
+    rc, _, err = await broker.finish()
+    assert rc == 0, err
