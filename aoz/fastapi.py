@@ -1,13 +1,15 @@
-"""FastAPI integration (needs the ``aoz[fastapi]`` extra): a lifespan, a dependency, a relay.
+"""FastAPI integration (needs the ``aoz[fastapi]`` extra): a lifespan, a dependency,
+error mapping, a relay.
 
 The node starts with the app and closes with it, through FastAPI's own lifespan
 mechanism; handlers reach it through the lifespan state with the ``NodeDep``
-dependency; :func:`relay` streams a subscription to a WebSocket::
+dependency; aoz's errors become HTTP answers through :data:`EXCEPTION_HANDLERS`;
+:func:`relay` streams a subscription to a WebSocket::
 
     from fastapi import FastAPI, WebSocket
-    from aoz.fastapi import NodeDep, lifespan, relay
+    from aoz.fastapi import EXCEPTION_HANDLERS, NodeDep, lifespan, relay
 
-    app = FastAPI(lifespan=lifespan())          # settings from AOZ_* env vars / keywords
+    app = FastAPI(lifespan=lifespan(), exception_handlers=EXCEPTION_HANDLERS)
 
     @app.get("/quote/{symbol}")
     async def quote(symbol: str, node: NodeDep):
@@ -18,8 +20,16 @@ dependency; :func:`relay` streams a subscription to a WebSocket::
     async def market_data(websocket: WebSocket, node: NodeDep):
         await relay(websocket, node, "MD.>")
 
-An application with a lifespan of its own passes it in: ``lifespan(my_lifespan)``; its
-state is merged with aoz's, and it runs while the node is open.
+A handler that lets :class:`aoz.NoResponders` escape answers 503, and
+:class:`aoz.RequestTimeout` 504 (see :data:`EXCEPTION_HANDLERS` for all of them).
+
+An application with a lifespan of its own passes it in: ``lifespan(my_lifespan)``; it
+runs while the node is open, reaches it as ``app.state.aoz_node`` (or
+:func:`app_node`), and its state is merged with aoz's.
+
+WebSocket close codes of :func:`relay`: 1000 never (the client ends a relay by
+leaving), **1001** when the node closes (the app is shutting down), **1011** when the
+node failed (an aoz error ended the subscription).
 """
 
 from __future__ import annotations
@@ -32,7 +42,8 @@ from typing import Annotated, Any, Literal
 import anyio
 import msgspec
 from fastapi import Depends, FastAPI
-from starlette.requests import HTTPConnection
+from fastapi.responses import JSONResponse
+from starlette.requests import HTTPConnection, Request
 from starlette.websockets import (
     WebSocket,
     WebSocketDisconnect,
@@ -41,12 +52,29 @@ from starlette.websockets import (
 )
 
 from .config import Overflow
-from .errors import AozError
+from .errors import (
+    AozError,
+    ClosedError,
+    NoResponders,
+    RequestTimeout,
+    ServiceError,
+    WaitTimeout,
+)
 from .message import Message
 from .node import Node, connect
 from .render import message_text, message_to_dict
 
-__all__ = ["STATE_KEY", "NodeDep", "get_node", "lifespan", "message_to_dict", "relay"]
+__all__ = [
+    "EXCEPTION_HANDLERS",
+    "STATE_KEY",
+    "NodeDep",
+    "app_node",
+    "get_node",
+    "install_exception_handlers",
+    "lifespan",
+    "message_to_dict",
+    "relay",
+]
 
 #: the lifespan-state key the node is stored under (``request.state.aoz_node``)
 STATE_KEY = "aoz_node"
@@ -73,15 +101,68 @@ def lifespan(
     async def _lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         async with connect(config=config, **settings) as node:
             state: dict[str, Any] = {STATE_KEY: node}
-            if app_lifespan is None:
-                yield state
-                return
-            async with app_lifespan(app) as inner:
-                if inner:
-                    state.update(inner)
-                yield state
+            setattr(app.state, STATE_KEY, node)  # for the app's own lifespan
+            try:
+                if app_lifespan is None:
+                    yield state
+                    return
+                async with app_lifespan(app) as inner:
+                    if inner:
+                        state.update(inner)
+                    yield state
+            finally:
+                setattr(app.state, STATE_KEY, None)
 
     return _lifespan
+
+
+def app_node(app: FastAPI) -> Node:
+    """The node of an app whose lifespan is running (for the app's own lifespan,
+    startup work, metrics)::
+
+        @asynccontextmanager
+        async def mine(app: FastAPI):
+            node = aoz.fastapi.app_node(app)
+            async with aoz.serve(node, "SVC.health", health):
+                yield
+
+        app = FastAPI(lifespan=aoz.fastapi.lifespan(mine))
+    """
+    node = getattr(app.state, STATE_KEY, None)
+    if not isinstance(node, Node):
+        raise AozError(
+            "the app has no running aoz node: create it with "
+            "FastAPI(lifespan=aoz.fastapi.lifespan()) and call this while the lifespan runs"
+        )
+    return node
+
+
+# ------------------------------------------------------------------ errors -> HTTP
+_STATUS: tuple[tuple[type[AozError], int], ...] = (
+    (NoResponders, 503),  # nobody offers the service: Service Unavailable
+    (WaitTimeout, 503),  # no responder reached us in time
+    (ClosedError, 503),  # the node is closing (shutdown)
+    (RequestTimeout, 504),  # a responder exists but did not answer: Gateway Timeout
+    (ServiceError, 502),  # the service answered with an error: Bad Gateway
+)
+
+
+async def _aoz_error(request: Request, exc: Exception) -> JSONResponse:
+    status = next((code for cls, code in _STATUS if isinstance(exc, cls)), 500)
+    return JSONResponse({"detail": str(exc), "error": type(exc).__name__}, status_code=status)
+
+
+#: ``FastAPI(exception_handlers=EXCEPTION_HANDLERS)``: aoz errors become HTTP answers —
+#: NoResponders/WaitTimeout/ClosedError 503, RequestTimeout 504, ServiceError 502, any
+#: other AozError 500 — with ``{"detail": message, "error": class name}`` as the body.
+EXCEPTION_HANDLERS: dict[Any, Callable[[Request, Exception], Any]] = {AozError: _aoz_error}
+
+
+def install_exception_handlers(app: FastAPI) -> FastAPI:
+    """Add :data:`EXCEPTION_HANDLERS` to an existing app; returns it."""
+    for exc_type, handler in EXCEPTION_HANDLERS.items():
+        app.add_exception_handler(exc_type, handler)
+    return app
 
 
 def get_node(connection: HTTPConnection) -> Node:
@@ -120,13 +201,14 @@ async def relay(
     ``frames="json"`` sends one JSON object per message (:func:`message_to_dict`);
     ``frames="text"`` sends the payload alone as text. The WebSocket is accepted if the
     handler has not done so. Returns when the client disconnects (the subscription is
-    removed) or when the node closes (the WebSocket is closed with code 1001). A slow
+    removed), when the node closes (the WebSocket is closed with code 1001) or when
+    the node fails (code 1011). A slow
     client does not hold the node back: its queue keeps the newest ``queue_size``
     messages by default (``overflow="drop_oldest"``) and counts what it drops.
     """
     if websocket.application_state == WebSocketState.CONNECTING:
         await websocket.accept()
-    node_ended = False
+    close: tuple[int, str] | None = None
     sub = node.subscribe(pattern, queue_size=queue_size, overflow=overflow)
     async with sub, anyio.create_task_group() as tg:
 
@@ -142,10 +224,12 @@ async def relay(
         try:
             async for msg in sub:
                 await websocket.send_text(encode(msg))
-            node_ended = True
+            close = (1001, "aoz node closed")
         except _GONE:
             pass  # the client went away while we were sending
+        except AozError as exc:  # the node failed: say so, do not crash the app
+            close = (1011, f"aoz node failed: {type(exc).__name__}"[:120])
         tg.cancel_scope.cancel()
-    if node_ended and websocket.application_state == WebSocketState.CONNECTED:
+    if close is not None and websocket.application_state == WebSocketState.CONNECTED:
         with contextlib.suppress(*_GONE, RuntimeError):
-            await websocket.close(code=1001, reason="aoz node closed")
+            await websocket.close(code=close[0], reason=close[1])

@@ -13,26 +13,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, WebSocket
+from fastapi import FastAPI, WebSocket
 
 import aoz
-from aoz.fastapi import NodeDep, lifespan, relay
+from aoz.fastapi import EXCEPTION_HANDLERS, NodeDep, lifespan, relay
 
-app = FastAPI(title="aoz example", lifespan=lifespan(program="fastapi-example"))
+# EXCEPTION_HANDLERS: no quote service -> 503, a service that does not answer -> 504
+app = FastAPI(
+    title="aoz example",
+    lifespan=lifespan(program="fastapi-example"),
+    exception_handlers=EXCEPTION_HANDLERS,
+)
 
 
 @app.get("/quote/{symbol}")
 async def quote(symbol: str, node: NodeDep, timeout: float = 1.0) -> Any:
     """Ask the SVC.quote service for ``symbol`` and return its (decoded) reply."""
-    try:
-        # A service that has just started may not have reached this node yet.
-        if not node.has_interest("SVC.quote"):
-            await node.wait_for_interest("SVC.quote", timeout=timeout)
-        reply = await node.request("SVC.quote", {"symbol": symbol}, timeout=timeout)
-    except (aoz.NoResponders, aoz.WaitTimeout):
-        raise HTTPException(503, "no quote service is running") from None
-    except aoz.RequestTimeout:
-        raise HTTPException(504, f"the quote service did not answer within {timeout} s") from None
+    # A service that has just started may not have reached this node yet.
+    await aoz.wait_for_service(node, "SVC.quote", timeout=timeout)
+    reply = await node.request("SVC.quote", {"symbol": symbol}, timeout=timeout)
     return reply.decode()
 
 

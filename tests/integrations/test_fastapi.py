@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from websockets.asyncio.client import connect as ws_connect
 
 import aoz
-from aoz.fastapi import NodeDep, lifespan
+from aoz.fastapi import EXCEPTION_HANDLERS, NodeDep, app_node, install_exception_handlers, lifespan
 from aoz.pytest_plugin import NodeFactory
 
 from .conftest import STEP, Spawn, clean_env
@@ -92,7 +92,19 @@ async def test_http_endpoint_without_a_service_is_503(app_url: str) -> None:
     async with httpx.AsyncClient(timeout=STEP) as http:
         response = await http.get(f"http://{app_url}/quote/IBM", params={"timeout": 0.2})
     assert response.status_code == 503
-    assert "no quote service" in response.json()["detail"]
+    body = response.json()
+    assert body["error"] == "WaitTimeout" and "SVC.quote" in body["detail"]
+
+
+async def test_http_endpoint_with_a_silent_service_is_504(
+    app_url: str, aoz_node_factory: NodeFactory
+) -> None:
+    service = await aoz_node_factory(program="silent-service")
+    async with service.subscribe("SVC.quote") as requests, httpx.AsyncClient(timeout=STEP) as http:
+        response = await http.get(f"http://{app_url}/quote/IBM", params={"timeout": 2})
+        assert (await requests.next(timeout=STEP)).reply is not None  # it was asked
+    assert response.status_code == 504
+    assert response.json()["error"] == "RequestTimeout"
 
 
 async def test_websocket_relays_market_data_and_stops_on_disconnect(
@@ -150,3 +162,57 @@ def test_lifespan_runs_the_apps_own_lifespan_with_the_node_open() -> None:
     with TestClient(app) as client:
         assert client.get("/").json() == {"mode": "static"}
     assert seen == [False]
+
+
+def test_exception_handlers_map_every_aoz_error() -> None:
+    app = FastAPI(exception_handlers=EXCEPTION_HANDLERS)
+    errors = {
+        "none": aoz.NoResponders("nobody", subject="S"),
+        "slow": aoz.RequestTimeout("slow", subject="S", timeout=1.0),
+        "failed": aoz.ServiceError("boom", service="S"),
+        "closed": aoz.ClosedError("closing"),
+        "other": aoz.AozError("other"),
+    }
+
+    @app.get("/{what}")
+    async def handler(what: str) -> None:
+        raise errors[what]
+
+    with TestClient(app) as client:
+        got = {w: client.get(f"/{w}") for w in errors}
+    assert {w: r.status_code for w, r in got.items()} == {
+        "none": 503,
+        "slow": 504,
+        "failed": 502,
+        "closed": 503,
+        "other": 500,
+    }
+    assert got["slow"].json() == {"detail": "slow", "error": "RequestTimeout"}
+    plain = install_exception_handlers(FastAPI())
+    assert plain.exception_handlers[aoz.AozError] is EXCEPTION_HANDLERS[aoz.AozError]
+
+
+def test_the_apps_own_lifespan_reaches_the_node() -> None:
+    """The testing recipe of docs/USAGE.md: TestClient runs the lifespan (static mode:
+    no nsd needed), and the app's own lifespan starts a service on the node."""
+    started: list[str] = []
+
+    @asynccontextmanager
+    async def mine(app: FastAPI) -> AsyncIterator[None]:
+        node = app_node(app)
+        started.append(node.uuid)
+        async with aoz.serve(node, "SVC.health", lambda msg: "ok"):
+            yield
+
+    app = FastAPI(lifespan=lifespan(mine, bind=["tcp://127.0.0.1:*"]))
+
+    @app.get("/health")
+    async def health(node: NodeDep) -> object:
+        await aoz.wait_for_service(node, "SVC.health")
+        return await aoz.call(node, "SVC.health", timeout=5)
+
+    with TestClient(app) as client:
+        assert client.get("/health").json() == "ok"
+    assert len(started) == 1
+    with pytest.raises(aoz.AozError, match="no running aoz node"):
+        app_node(app)  # the lifespan is over
