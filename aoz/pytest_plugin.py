@@ -1,7 +1,16 @@
 """pytest fixtures for testing code that uses aoz (loaded through the ``pytest11`` entry point).
 
-Installing aoz makes these fixtures available in every test suite; they need
-pytest-asyncio (``asyncio_mode = "auto"``, or mark tests with ``@pytest.mark.asyncio``):
+Installing aoz makes these fixtures available in every test suite, under either async
+test plugin:
+
+- **pytest-asyncio**: ``async def`` tests (``asyncio_mode = "auto"``, or
+  ``@pytest.mark.asyncio``); the fixtures run on the test's loop (``loop_scope`` is
+  ``"function"``; set ``asyncio_default_fixture_loop_scope = "function"`` in your
+  pytest configuration so pytest-asyncio does not warn about the unset default);
+- **anyio's plugin**: ``@pytest.mark.anyio`` tests get their nodes on anyio's loop
+  (aoz runs on asyncio: keep ``anyio_backend`` at ``"asyncio"``). A project that has
+  both plugins must run pytest-asyncio in ``strict`` mode, as anyio documents: in
+  ``auto`` mode pytest-asyncio takes every async fixture for its own loop.
 
 ``aoz_nsd``
     an embedded naming daemon on a free loopback port (``aoz_nsd.endpoint``).
@@ -22,13 +31,14 @@ Example::
             ...
 
 Every fixture is function-scoped, so each test gets fresh ports and a fresh loop.
-Importing this module must never fail (pytest loads it for every run), so aoz itself
-is imported inside the fixtures.
+Each public fixture is a small synchronous dispatcher that picks the implementation
+for the test's plugin (anyio when the test uses ``anyio_backend``). Importing this
+module must never fail (pytest loads it for every run), so aoz itself is imported
+inside the fixtures.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -54,59 +64,77 @@ class NodeFactory(Protocol):
     async def __call__(self, **settings: Any) -> Node: ...
 
 
-class _Held:
-    """Keeps an async context manager open inside a task of its own.
+async def _hold(cm: AbstractAsyncContextManager[Any], *, task_status: Any) -> None:
+    async with cm as value:
+        task_status.started(value)
+        await _sleep_forever()
 
-    pytest-asyncio runs a fixture's setup and teardown in different tasks, while anyio
-    cancel scopes must be entered and left by the same task; a dedicated task that
-    enters the context, waits, and leaves it satisfies both.
+
+async def _sleep_forever() -> None:
+    import anyio
+
+    await anyio.sleep_forever()
+
+
+class _Held:
+    """Keeps an async context manager open in a :class:`aoz._tasks.TaskOwner`.
+
+    Fixture setup and teardown may run in different tasks, while anyio cancel scopes
+    must be entered and left by the same task: the owner's root task does both.
     """
 
-    def __init__(self) -> None:
-        self._stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+    def __init__(self, name: str) -> None:
+        from aoz._tasks import TaskOwner
+
+        self._owner = TaskOwner(name)
 
     async def enter(self, cm: AbstractAsyncContextManager[Any]) -> Any:
-        loop = asyncio.get_running_loop()
-        ready: asyncio.Future[Any] = loop.create_future()
+        box: list[Any] = []
 
-        async def hold() -> None:
-            async with cm as value:
-                ready.set_result(value)
-                await self._stop.wait()
+        async def setup(tg: Any) -> None:
+            box.append(await tg.start(_hold, cm))
 
-        self._task = loop.create_task(hold(), name="aoz-fixture")
-        await asyncio.wait({ready, self._task}, return_when=asyncio.FIRST_COMPLETED)
-        if ready.done():
-            return ready.result()
-        self._task.result()  # raises what the context manager raised on entry
-        raise RuntimeError("context manager exited without yielding")  # pragma: no cover
+        await self._owner.start(setup)
+        return box[0]
 
     async def exit(self) -> None:
-        self._stop.set()
-        if self._task is not None:
-            await self._task
+        await self._owner.aclose()
 
 
-def _async_fixture(fn: Any) -> Any:
-    """``pytest_asyncio.fixture``, or a fixture that explains what is missing."""
+def _uses_anyio(request: pytest.FixtureRequest) -> bool:
+    return "anyio_backend" in request.fixturenames
+
+
+def _check_backend(backend: Any) -> None:
+    name = backend[0] if isinstance(backend, tuple) else backend
+    if name != "asyncio":
+        pytest.fail(
+            f"aoz runs on asyncio, not {name!r}: give the test an anyio_backend fixture "
+            "that returns 'asyncio'"
+        )
+
+
+def _asyncio_fixture(fn: Any) -> Any:
+    """``pytest_asyncio.fixture`` on the test's loop, or a fixture saying what is missing."""
     try:
         import pytest_asyncio
     except ImportError:  # pragma: no cover - only without pytest-asyncio
 
         def missing() -> None:
-            pytest.fail("aoz's pytest fixtures need pytest-asyncio: pip install pytest-asyncio")
+            pytest.fail(
+                "aoz's pytest fixtures need pytest-asyncio (pip install pytest-asyncio) "
+                "or anyio's plugin with @pytest.mark.anyio"
+            )
 
         return pytest.fixture(name=fn.__name__)(missing)
-    return pytest_asyncio.fixture(fn)
+    return pytest_asyncio.fixture(fn, loop_scope="function")
 
 
-@_async_fixture
-async def aoz_nsd() -> AsyncIterator[NamingDaemon]:
-    """An embedded naming daemon on a free loopback port; ``.endpoint`` is its address."""
+# ------------------------------------------------------------------ implementations
+async def _nsd() -> AsyncIterator[NamingDaemon]:
     from aoz.discovery.nsd import NamingDaemon
 
-    held = _Held()
+    held = _Held("aoz-fixture-nsd")
     nsd: NamingDaemon = await held.enter(NamingDaemon(host="127.0.0.1", port=0))
     try:
         yield nsd
@@ -114,20 +142,14 @@ async def aoz_nsd() -> AsyncIterator[NamingDaemon]:
         await held.exit()
 
 
-@_async_fixture
-async def aoz_node_factory(aoz_nsd: NamingDaemon) -> AsyncIterator[NodeFactory]:
-    """Start nodes with ``await aoz_node_factory(**settings)``; all are closed at teardown.
-
-    Nodes join ``aoz_nsd`` unless the settings pick their own discovery
-    (``naming=``, ``bind=``/``connect=``, ``broker_pub=``/``broker_sub=``, ``mode=``).
-    """
+async def _factory(nsd: NamingDaemon) -> AsyncIterator[NodeFactory]:
     import aoz
 
     nodes: list[Node] = []
 
     async def make(**settings: Any) -> Node:
         if not _DISCOVERY_KEYS.intersection(settings):
-            settings["naming"] = [aoz_nsd.endpoint]
+            settings["naming"] = [nsd.endpoint]
         node = aoz.connect(**settings)
         await node.start()
         nodes.append(node)
@@ -146,7 +168,65 @@ async def aoz_node_factory(aoz_nsd: NamingDaemon) -> AsyncIterator[NodeFactory]:
             raise errors[0]
 
 
-@_async_fixture
-async def aoz_node(aoz_node_factory: NodeFactory) -> Node:
-    """One node joined to ``aoz_nsd`` (closed at teardown by ``aoz_node_factory``)."""
+@_asyncio_fixture
+async def _aoz_nsd_asyncio() -> AsyncIterator[NamingDaemon]:
+    async for nsd in _nsd():
+        yield nsd
+
+
+@pytest.fixture
+async def _aoz_nsd_anyio(anyio_backend: Any) -> AsyncIterator[NamingDaemon]:
+    _check_backend(anyio_backend)
+    async for nsd in _nsd():
+        yield nsd
+
+
+@_asyncio_fixture
+async def _aoz_factory_asyncio(aoz_nsd: NamingDaemon) -> AsyncIterator[NodeFactory]:
+    async for make in _factory(aoz_nsd):
+        yield make
+
+
+@pytest.fixture
+async def _aoz_factory_anyio(
+    anyio_backend: Any, aoz_nsd: NamingDaemon
+) -> AsyncIterator[NodeFactory]:
+    _check_backend(anyio_backend)
+    async for make in _factory(aoz_nsd):
+        yield make
+
+
+@_asyncio_fixture
+async def _aoz_node_asyncio(aoz_node_factory: NodeFactory) -> Node:
     return await aoz_node_factory()
+
+
+@pytest.fixture
+async def _aoz_node_anyio(anyio_backend: Any, aoz_node_factory: NodeFactory) -> Node:
+    return await aoz_node_factory()
+
+
+# ------------------------------------------------------------------ public fixtures
+@pytest.fixture
+def aoz_nsd(request: pytest.FixtureRequest) -> NamingDaemon:
+    """An embedded naming daemon on a free loopback port; ``.endpoint`` is its address."""
+    name = "_aoz_nsd_anyio" if _uses_anyio(request) else "_aoz_nsd_asyncio"
+    return request.getfixturevalue(name)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def aoz_node_factory(request: pytest.FixtureRequest, aoz_nsd: NamingDaemon) -> NodeFactory:
+    """Start nodes with ``await aoz_node_factory(**settings)``; all are closed at teardown.
+
+    Nodes join ``aoz_nsd`` unless the settings pick their own discovery
+    (``naming=``, ``bind=``/``connect=``, ``broker_pub=``/``broker_sub=``, ``mode=``).
+    """
+    name = "_aoz_factory_anyio" if _uses_anyio(request) else "_aoz_factory_asyncio"
+    return request.getfixturevalue(name)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def aoz_node(request: pytest.FixtureRequest, aoz_node_factory: NodeFactory) -> Node:
+    """One node joined to ``aoz_nsd`` (closed at teardown by ``aoz_node_factory``)."""
+    name = "_aoz_node_anyio" if _uses_anyio(request) else "_aoz_node_asyncio"
+    return request.getfixturevalue(name)  # type: ignore[no-any-return]

@@ -100,3 +100,98 @@ async def test_plugin_loads_in_a_fresh_project_and_closes_nodes(tmp_path: Path) 
             await proc.wait()
     assert proc.returncode == 0, out.decode()
     assert b"2 passed" in out
+
+
+_ROUND_TRIP = """
+import pytest
+
+import aoz
+
+
+async def _round_trip(aoz_node, aoz_node_factory):
+    other = await aoz_node_factory(program="peer")
+    async with other.subscribe("PLUG.x") as sub:
+        await aoz_node.wait_for_interest("PLUG.x", timeout=20)
+        await aoz_node.publish("PLUG.x", "hi")
+        assert (await sub.next(timeout=20)).decode() == "hi"  # fails across loops
+"""
+
+_ANYIO_TESTS = (
+    _ROUND_TRIP
+    + """
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_anyio(aoz_node, aoz_node_factory):
+    await _round_trip(aoz_node, aoz_node_factory)
+
+
+@pytest.mark.anyio
+async def test_anyio_again(aoz_node, aoz_node_factory):  # a fresh loop, fresh fixtures
+    await _round_trip(aoz_node, aoz_node_factory)
+"""
+)
+
+_ASYNCIO_TESTS = (
+    _ROUND_TRIP
+    + """
+
+@pytest.mark.asyncio
+async def test_asyncio(aoz_node, aoz_node_factory):
+    await _round_trip(aoz_node, aoz_node_factory)
+"""
+)
+
+_INI = """[pytest]
+asyncio_default_fixture_loop_scope = function
+"""
+
+
+async def _pytest_in(project: Path, *args: str) -> tuple[int, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AOZ_", "PYTEST_"))}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        "-W", "error::pytest.PytestDeprecationWarning", *args,
+        cwd=project, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(90):
+            out, _ = await proc.communicate()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()
+
+
+async def test_plugin_under_anyio_alone(tmp_path: Path) -> None:
+    """anyio's plugin only (pytest-asyncio disabled): @pytest.mark.anyio tests."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_user.py").write_text(_ANYIO_TESTS)
+    rc, out = await _pytest_in(tmp_path, "-p", "no:asyncio")
+    assert rc == 0, out
+    assert "2 passed" in out and "warning" not in out.lower()
+
+
+async def test_plugin_under_pytest_asyncio_alone(tmp_path: Path) -> None:
+    """pytest-asyncio only (anyio's plugin disabled), strict mode and its marker."""
+    (tmp_path / "pytest.ini").write_text(_INI + "asyncio_mode = strict\n")
+    (tmp_path / "test_user.py").write_text(_ASYNCIO_TESTS)
+    rc, out = await _pytest_in(tmp_path, "-p", "no:anyio")
+    assert rc == 0, out
+    assert "1 passed" in out and "warning" not in out.lower()
+
+
+async def test_plugin_under_both_plugins_in_strict_mode(tmp_path: Path) -> None:
+    """Both plugins in one project (pytest-asyncio strict, as anyio documents)."""
+    (tmp_path / "pytest.ini").write_text(_INI + "asyncio_mode = strict\n")
+    (tmp_path / "test_anyio.py").write_text(_ANYIO_TESTS)
+    (tmp_path / "test_asyncio.py").write_text(_ASYNCIO_TESTS)
+    rc, out = await _pytest_in(tmp_path)
+    assert rc == 0, out
+    assert "3 passed" in out and "warning" not in out.lower()
