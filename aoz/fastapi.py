@@ -41,15 +41,21 @@ from typing import Annotated, Any, Literal
 
 import anyio
 import msgspec
-from fastapi import Depends, FastAPI
-from fastapi.responses import JSONResponse
-from starlette.requests import HTTPConnection, Request
-from starlette.websockets import (
-    WebSocket,
-    WebSocketDisconnect,
-    WebSocketDisconnected,
-    WebSocketState,
-)
+
+from ._extras import missing_extra
+
+try:
+    from fastapi import Depends, FastAPI
+    from fastapi.responses import JSONResponse
+    from starlette.requests import HTTPConnection, Request
+    from starlette.websockets import (
+        WebSocket,
+        WebSocketDisconnect,
+        WebSocketDisconnected,
+        WebSocketState,
+    )
+except ImportError as exc:
+    raise missing_extra(exc, "fastapi", "aoz.fastapi") from exc
 
 from .config import Overflow
 from .errors import (

@@ -48,10 +48,15 @@ import weakref
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import REGISTRY, CollectorRegistry
-from prometheus_client import start_http_server as _prom_start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from ._extras import missing_extra
+
+try:
+    from prometheus_client import REGISTRY, CollectorRegistry
+    from prometheus_client import start_http_server as _prom_start_http_server
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+    from prometheus_client.registry import Collector
+except ImportError as exc:
+    raise missing_extra(exc, "prometheus", "aoz.metrics") from exc
 
 from .errors import AozError
 

@@ -11,6 +11,13 @@ streaming reads use :func:`aoz.spark.jobs.read_recording_stream`.
 
 from __future__ import annotations
 
+from .._extras import missing_extra
+
+try:
+    import pyspark  # noqa: F401 - fail here with the extra's name, not deep inside
+except ImportError as exc:
+    raise missing_extra(exc, "spark", "aoz.spark") from exc
+
 from . import jobs
 from .session import activate, local_session
 from .sink import (
