@@ -1,0 +1,77 @@
+"""The documentation's code runs as written: the README's quick start is
+examples/quickstart.py (run by tests/node/test_examples.py), every Python block of the
+README and docs/ compiles, and the complete programs of docs/USAGE.md run here."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO
+
+_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+DOCS = [REPO / "README.md", REPO / "docs" / "USAGE.md", REPO / "docs" / "PROTOCOL.md"]
+
+
+def blocks(path: Path) -> list[str]:
+    return _BLOCK.findall(path.read_text())
+
+
+def block_with(path: Path, needle: str) -> str:
+    (found,) = [b for b in blocks(path) if needle in b]
+    return found
+
+
+def test_readme_quick_start_is_the_tested_example() -> None:
+    quick = block_with(REPO / "README.md", "asyncio.run(main())")
+    example = (REPO / "examples" / "quickstart.py").read_text()
+    # the example adds a module docstring, the __future__ import and a __main__ guard
+    body = example[example.index("import asyncio") :].replace(
+        'if __name__ == "__main__":\n    asyncio.run(main())', "asyncio.run(main())"
+    )
+    assert quick == body
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_python_block_compiles(doc: Path) -> None:
+    for code in blocks(doc):
+        # fragments may use `await` at top level, as in an async REPL
+        compile(code, str(doc), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+
+
+def test_usage_fastapi_testing_recipe_runs() -> None:
+    code = block_with(REPO / "docs" / "USAGE.md", "def test_health")
+    namespace: dict[str, object] = {"__name__": "usage_recipe"}
+    exec(compile(code, "docs/USAGE.md", "exec"), namespace)
+    test = namespace["test_health"]
+    assert callable(test)
+    test()
+
+
+@pytest.mark.timeout(120)
+async def test_usage_pytest_example_runs_in_a_project(tmp_path: Path) -> None:
+    code = block_with(REPO / "docs" / "USAGE.md", "async def test_quote_service")
+    (tmp_path / "test_usage.py").write_text(code)
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AOZ_", "PYTEST_"))}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:anyio",
+        cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(100):
+            out, _ = await proc.communicate()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, out.decode()
+    assert b"1 passed" in out
