@@ -324,17 +324,17 @@ def run_idle(system: str, count: int, nats_url: str = "") -> dict[str, Any]:
 
 def discovery_available() -> bool:
     try:
-        return importlib.util.find_spec("aoz.discovery.bench") is not None
+        return importlib.util.find_spec("benchmarks.discovery") is not None
     except ImportError:
         return False
 
 
 def run_discovery(n: int, timeout: float) -> dict[str, Any]:
-    """``python -m aoz.discovery.bench N``: prints JSON with the convergence time."""
+    """``python -m benchmarks.discovery N``: prints JSON with the convergence time."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "aoz.discovery.bench", str(n)],
+        [sys.executable, "-m", "benchmarks.discovery", str(n)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=ROOT,
