@@ -229,24 +229,29 @@ class QueueTable:
 
 # ------------------------------------------------------------------------ node side
 _member_ids = itertools.count(1)
-_tables: dict[int, tuple[Any, QueueTable]] = {}
-
-
-def _interest_prefixes(node: Node) -> Iterable[bytes]:
-    # The only place that reads the node's interest set (hook: see ARCHITECTURE.md).
-    return tuple(node._interest)
+# node id -> (node, table, interest version the table was synced at)
+_tables: dict[int, tuple[Any, QueueTable, int]] = {}
 
 
 def _table(node: Node) -> QueueTable:
+    """This node's queue table, synced with its interest set when that changed.
+
+    Node hooks (the only two places this module reads node internals): the interest
+    set ``node._interest`` (its filters and change counter) and, in
+    :func:`_interest_changed`, the data plane's ``interest_changed`` event.
+    """
+    interest = node._interest
     entry = _tables.get(id(node))
     if entry is None or entry[0] is not node:
         if len(_tables) > 64:  # nodes come and go (tests): forget closed ones
-            for k in [k for k, (n, _) in _tables.items() if n.closed]:
+            for k in [k for k, (n, _, _) in _tables.items() if n.closed]:
                 del _tables[k]
-        entry = (node, QueueTable())
-        _tables[id(node)] = entry
+        entry = (node, QueueTable(), -1)
     table = entry[1]
-    table.sync(_interest_prefixes(node))
+    if entry[2] != interest.version:
+        table.sync(interest._filters)
+        entry = (node, table, interest.version)
+    _tables[id(node)] = entry
     return table
 
 
@@ -299,11 +304,8 @@ async def wait_for_receivers(node: Node, subject: str, timeout: float = 5.0) -> 
 
 
 async def _interest_changed(node: Node, timeout: float) -> None:
-    # Hook: the node's interest-set change event (set when an XPUB event arrives).
-    event = node._interest_changed
-    if event is None:
-        await anyio.sleep(timeout)
-        return
+    # Hook: the data plane's interest change event (set when an XPUB event arrives).
+    event = node._plane.interest_changed
     event.clear()
     with anyio.move_on_after(timeout):
         await event.wait()
