@@ -4,7 +4,7 @@ from typing import Annotated
 
 import typer
 
-from . import _common as c
+import aoz.cli._common as c
 
 HELP = (
     "aoz: asyncio messaging over ZeroMQ, wire-compatible with OZ. "
@@ -13,7 +13,12 @@ HELP = (
 
 
 def build_app() -> typer.Typer:
-    from . import bench, daemons, peers, pubsub, reqrep
+    # each module registers its verbs (imported by name: the package imports this module)
+    from .bench import register as register_bench
+    from .daemons import register as register_daemons
+    from .peers import register as register_peers
+    from .pubsub import register as register_pubsub
+    from .reqrep import register as register_reqrep
 
     app = typer.Typer(
         name="aoz",
@@ -46,9 +51,9 @@ def build_app() -> typer.Typer:
     ) -> None:
         """Options before the verb."""
 
-    pubsub.register(app)
-    reqrep.register(app)
-    peers.register(app)
-    bench.register(app)
-    daemons.register(app)
+    register_pubsub(app)
+    register_reqrep(app)
+    register_peers(app)
+    register_bench(app)
+    register_daemons(app)
     return app

@@ -23,7 +23,7 @@ import anyio
 import msgspec
 import typer
 
-from . import _common as c
+import aoz.cli._common as c
 
 EXAMPLES = """Examples:
 

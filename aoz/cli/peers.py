@@ -6,7 +6,7 @@ from typing import Annotated, Any
 import msgspec
 import typer
 
-from . import _common as c
+import aoz.cli._common as c
 
 EXAMPLES = """Examples:
 

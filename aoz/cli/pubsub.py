@@ -7,11 +7,12 @@ import anyio
 import msgspec
 import typer
 
+import aoz.cli._common as c
+
 from ..errors import AozError, TransportError
 from ..message import Message
 from ..protocol.codecs import Codec
 from ..render import message_text, message_to_dict
-from . import _common as c
 from .templates import TemplateError, parse_duration, render
 
 BodyCodec = Literal["text", "raw", "json", "msgpack"]

@@ -6,11 +6,12 @@ from typing import Annotated, Any
 import msgspec
 import typer
 
+import aoz.cli._common as c
+
 from ..errors import AozError, DecodeError, NoResponders, RequestTimeout
 from ..message import Message
 from ..protocol.codecs import Codec
 from ..render import message_text, message_to_dict
-from . import _common as c
 from .pubsub import BodyCodec, body_or_stdin, codec_of, duration, payload, show
 
 EXAMPLES = {
