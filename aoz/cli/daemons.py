@@ -1,5 +1,6 @@
 """Long-running verbs: ``aoz nsd``, ``aoz broker``, ``aoz record``, and ``aoz demo``."""
 
+import logging
 import os
 import signal
 from pathlib import Path
@@ -31,6 +32,73 @@ EXAMPLES = {
 
 Read it back: spark.read.parquet("recordings") or pyarrow.dataset.dataset("recordings")""",
 }
+
+
+async def nsd(host: str, port: int, advertise: str | None, heartbeat: float) -> int:
+    """Run a naming daemon until SIGINT/SIGTERM, logging joins and leaves at INFO."""
+    import anyio
+
+    from ..discovery.nsd import NamingDaemon
+
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with (
+            NamingDaemon(host, port, advertise=advertise, heartbeat_interval=heartbeat) as d,
+            anyio.create_task_group() as tg,
+        ):
+            c.info(f"aoz nsd ready xpub={d.endpoint} xsub={d.xsub_endpoint} pid={os.getpid()}")
+            tg.start_soon(watch_mesh, d.endpoint, max(heartbeat, 1.0) * 3)
+            async for _ in signals:
+                break
+            tg.cancel_scope.cancel()
+    return 0
+
+
+async def watch_mesh(endpoint: str, silent_after: float) -> None:
+    """Log nodes joining (first ``C``/``c`` of a uuid), leaving (``D``) and going silent
+    (no beacon for ``silent_after`` s) at INFO, by listening to the nsd like a node does.
+    The daemon itself stays stateless: this is the command's view, not the proxy's."""
+    import time
+
+    import anyio
+    import zmq
+    import zmq.asyncio
+
+    from ..errors import AozError
+    from ..protocol.naming import NamingType, decode_naming
+
+    log = logging.getLogger("aoz.nsd")
+    seen: dict[str, tuple[str, float]] = {}  # uuid -> (description, last heard)
+    ctx = zmq.asyncio.Context.instance()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.setsockopt(zmq.SUBSCRIBE, b"_NAMING")
+    sub.connect(endpoint)
+    try:
+        while True:
+            with anyio.move_on_after(silent_after / 3):
+                data = await sub.recv()
+                try:
+                    f = decode_naming(data)
+                except AozError:
+                    continue  # malformed: the nodes count it
+                now = time.monotonic()
+                if f.type is NamingType.WELCOME or not f.uuid:
+                    continue
+                who = f"{f.program}@{f.host} pid {f.pid} {f.uuid} {f.endpoint}"
+                if f.type is NamingType.DISCONNECT:
+                    if seen.pop(f.uuid, None) is not None:
+                        log.info("node left: %s", who)
+                    continue
+                if f.uuid not in seen:
+                    log.info("node joined: %s", who)
+                seen[f.uuid] = (who, now)
+            now = time.monotonic()
+            for uuid, (who, last) in list(seen.items()):
+                if now - last > silent_after:
+                    del seen[uuid]
+                    log.info("node silent for %.0f s (gone?): %s", silent_after, who)
+    finally:
+        sub.close(linger=0)
 
 
 async def broker(host: str, pub_port: int, sub_port: int, heartbeat: float) -> int:
@@ -119,16 +187,8 @@ def register(app: typer.Typer) -> None:
         ] = 1.0,
         log_level: c.LogLevel = None,
     ) -> None:
-        """Run a naming daemon (OZ's nsd) until Ctrl-C/SIGTERM."""
-        from ..discovery.nsd import main as nsd_main
-
-        argv = ["--bind", bind, "--port", str(port), "--heartbeat", str(heartbeat)]
-        if advertise:
-            argv += ["--advertise", advertise]
-        argv += ["--log-level", logging_level_name()]
-        code = nsd_main(argv)
-        if code:
-            raise typer.Exit(code)
+        """Run a naming daemon (OZ's nsd) until Ctrl-C/SIGTERM; joins and leaves at INFO."""
+        c.run(nsd(bind, port, advertise, heartbeat), own_signals=True)
 
     @app.command("broker", epilog=EXAMPLES["broker"])
     def _broker(
@@ -220,10 +280,4 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(code)
 
 
-def logging_level_name() -> str:
-    import logging
-
-    return logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
-
-
-__all__ = ["broker", "record", "register"]
+__all__ = ["broker", "nsd", "record", "register", "watch_mesh"]

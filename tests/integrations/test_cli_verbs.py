@@ -255,3 +255,17 @@ async def test_broker_verb_forwards_between_nodes(spawn: Spawn) -> None:
     broker.proc.send_signal(signal.SIGTERM)
     rc, _, err = await broker.finish()
     assert rc == 0, err
+
+
+async def test_nsd_logs_joins_and_leaves_at_info(spawn: Spawn) -> None:
+    nsd = await spawn([str(AOZ), "nsd", "--port", "0"])
+    line = await nsd.wait_stderr("aoz nsd ready")
+    endpoint = line.split("xpub=")[1].split()[0]
+    async with aoz.connect(naming=[endpoint], program="joiner") as node:
+        joined = await nsd.wait_stderr("node joined")
+        assert "joiner@" in joined and node.uuid in joined and " INFO " in joined
+    left = await nsd.wait_stderr("node left")
+    assert node.uuid in left
+    nsd.proc.send_signal(signal.SIGTERM)
+    rc, _, err = await nsd.finish()
+    assert rc == 0, err
