@@ -1,5 +1,6 @@
 """``aoz pub`` and ``aoz sub``."""
 
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -133,6 +134,8 @@ async def pub(
     from .. import queues
 
     dropped = 0
+    # a one-shot publisher waits for room at a full subscriber queue instead of dropping
+    conn = {"send_policy": "block", **conn} if not os.environ.get("AOZ_SEND_POLICY") else conn
     async with c.open_node(conn) as node:
         if not await queues.wait_for_receivers(node, subject, wait):
             c.info(f"warning: no subscriber for {subject!r} after {wait} s")
@@ -167,6 +170,7 @@ async def pub(
         finally:
             if bar is not None:
                 bar.stop()
+        dropped += node.statistics().dropped_out
         if not quiet:
             c.info(f"Published {total} message(s) to {subject!r}")
     if dropped:
