@@ -59,8 +59,8 @@ _BATCH = 1024  # frames drained per wake-up before other callbacks run
 _COPY_THRESHOLD = 65536  # larger frames are sent zero-copy
 _DISCONNECT_GRACE = 0.5  # seconds a departed peer's data link may still drain
 _HANDSHAKE_MS = 5000  # a ZMTP handshake (CURVE included) must complete within this
-_CONNECT_TIMEOUT_MS = 1000
-_BLOCK_CUT_MS = 30_000  # send_policy="block": a subscriber silent this long is cut  # one TCP connect attempt, before the next reconnect
+_CONNECT_TIMEOUT_MS = 1000  # one TCP connect attempt, before the next reconnect
+_BLOCK_CUT_MS = 30_000  # send_policy="block": a subscriber silent this long is cut
 _STREAMS_MAX = 65536  # (subject, publisher) sequence states kept before starting over
 
 
