@@ -24,9 +24,28 @@ from .errors import DecodeError
 from .message import Message
 from .protocol.codecs import Codec
 
-__all__ = ["message_text", "message_to_dict"]
+__all__ = ["UNDECODABLE", "message_text", "message_to_dict"]
 
 _VALUE_CODECS = (Codec.MSGPACK, Codec.JSON)
+
+
+class _Undecodable:
+    """How many payloads were shown as bytes because they could not be decoded."""
+
+    count = 0
+
+
+#: payloads that did not decode, or decoded to what JSON cannot hold (msgpack
+#: extension types, tuple keys), and were shown as their bytes instead
+UNDECODABLE = _Undecodable()
+_UNDECODABLE = (
+    DecodeError,
+    TypeError,
+    ValueError,
+    OverflowError,
+    RecursionError,
+    msgspec.EncodeError,
+)
 
 
 def message_to_dict(msg: Message) -> dict[str, Any]:
@@ -54,10 +73,9 @@ def message_text(msg: Message) -> str:
     if msg.codec in (*_VALUE_CODECS, Codec.TEXT):
         try:
             value = msg.decode()
-        except DecodeError:
-            pass  # shown as bytes below
-        else:
             return value if isinstance(value, str) else msgspec.json.encode(value).decode()
+        except _UNDECODABLE:
+            UNDECODABLE.count += 1  # shown as bytes below
     return msg.data.decode("utf-8", errors="backslashreplace")
 
 
@@ -66,8 +84,8 @@ def _data(msg: Message) -> tuple[Any, str]:
     if codec in _VALUE_CODECS or codec is Codec.TEXT:
         try:
             value = msg.decode()
-        except DecodeError:
-            pass  # a malformed payload is given as its bytes
-        else:
+            msgspec.json.encode(value)  # the caller will: fail here, not there
             return value, "text" if codec is Codec.TEXT else "json"
+        except _UNDECODABLE:
+            UNDECODABLE.count += 1  # a malformed payload is given as its bytes
     return base64.b64encode(msg.data).decode("ascii"), "base64"

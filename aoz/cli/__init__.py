@@ -27,9 +27,9 @@ from __future__ import annotations
 import logging
 import sys
 
-from ..render import message_text, message_to_dict
+from ..render import UNDECODABLE, message_text, message_to_dict
 
-__all__ = ["main", "message_text", "message_to_dict"]
+__all__ = ["UNDECODABLE", "main", "message_text", "message_to_dict"]
 
 _LEVELS = ("debug", "info", "warning", "error", "critical")
 _DAEMONS = ("nsd", "broker")  # they log joins, leaves and readiness at INFO by default

@@ -13,7 +13,7 @@ import aoz.cli._common as c
 from ..errors import AozError, TransportError
 from ..message import Message
 from ..protocol.codecs import Codec
-from ..render import message_text, message_to_dict
+from ..render import UNDECODABLE, message_text, message_to_dict
 from .templates import TemplateError, parse_duration, render
 
 BodyCodec = Literal["text", "raw", "json", "msgpack"]
@@ -216,6 +216,8 @@ async def sub(
                 if count and n >= count:
                     break
             stats = subscription.statistics()
+        if UNDECODABLE.count:
+            c.info(f"{UNDECODABLE.count} payload(s) could not be decoded and were shown as bytes")
         if stats.dropped:
             c.error(f"{stats.dropped} message(s) dropped: this command could not keep up")
             return 1

@@ -8,10 +8,10 @@ import typer
 
 import aoz.cli._common as c
 
-from ..errors import AozError, DecodeError, NoResponders, RequestTimeout
+from ..errors import AozError, DecodeError, EncodeError, NoResponders, RequestTimeout
 from ..message import Message
 from ..protocol.codecs import Codec
-from ..render import message_text, message_to_dict
+from ..render import UNDECODABLE, message_text, message_to_dict
 from .pubsub import BodyCodec, body_or_stdin, codec_of, duration, payload, show
 
 EXAMPLES = {
@@ -156,8 +156,8 @@ async def _echo(msg: Message) -> None:
         try:
             await msg.respond(msg.decode(), codec=msg.codec)
             return
-        except DecodeError:
-            pass  # echo the bytes
+        except (DecodeError, EncodeError, RecursionError):
+            UNDECODABLE.count += 1  # echo the bytes
     await msg.respond(msg.data, codec=Codec.RAW)
 
 
