@@ -268,16 +268,28 @@ def register(app: typer.Typer) -> None:
     )
     def _demo(ctx: typer.Context) -> None:
         """Run the self-contained market-data demo (nsd, feed, subscribers, recorder)."""
-        import importlib
-
-        try:
-            demo = importlib.import_module("aoz.demo")
-        except ModuleNotFoundError:
-            c.error("the demo is not part of this installation; run it from a clone: make demo")
-            raise typer.Exit(2) from None
-        code = int(demo.main(list(ctx.args)) or 0)
+        code = run_demo(list(ctx.args))
         if code:
             raise typer.Exit(code)
+
+
+def run_demo(argv: list[str]) -> int:
+    """The market-data demo: ``examples/marketdata`` of a clone (the current directory),
+    or ``aoz.demo`` where the library still ships it."""
+    import importlib
+    import sys
+
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    for name in ("examples.marketdata.demo", "aoz.demo"):
+        try:
+            demo = importlib.import_module(name)
+        except ModuleNotFoundError:
+            continue
+        return int(demo.main(argv) or 0)
+    c.error("the demo lives in the aoz repository: clone it and run `make demo` there")
+    return 2
 
 
 __all__ = ["broker", "nsd", "record", "register", "watch_mesh"]
