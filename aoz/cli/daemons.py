@@ -285,8 +285,12 @@ def run_demo(argv: list[str]) -> int:
     for name in ("examples.marketdata.demo", "aoz.demo"):
         try:
             demo = importlib.import_module(name)
-        except ModuleNotFoundError:
-            continue
+        except ModuleNotFoundError as exc:
+            if exc.name and not name.startswith(exc.name):
+                raise c.UserError(
+                    f"the demo needs {exc.name}: pip install 'aoz[all]' in the clone"
+                ) from None
+            continue  # not here: try the next place
         return int(demo.main(argv) or 0)
     c.error("the demo lives in the aoz repository: clone it and run `make demo` there")
     return 2
