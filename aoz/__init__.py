@@ -35,6 +35,7 @@ from .errors import (
     SubjectError,
     TransportError,
     WaitTimeout,
+    WouldBlock,
 )
 from .message import Message
 from .node import Node, NodeStatistics, ReplyStream, connect
@@ -111,6 +112,7 @@ __all__ = [
     "SubscriptionStatistics",
     "TransportError",
     "WaitTimeout",
+    "WouldBlock",
     "__version__",
     "call",
     "check_reply",
