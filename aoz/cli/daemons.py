@@ -1,4 +1,5 @@
-"""Long-running verbs: ``aoz nsd``, ``aoz broker``, ``aoz record``, and ``aoz demo``."""
+"""Daemons and tools: ``aoz nsd``, ``aoz broker``, ``aoz record``, ``aoz sidecar``,
+``aoz keygen`` and ``aoz demo``."""
 
 import logging
 import os
@@ -11,6 +12,8 @@ import typer
 
 import aoz.cli._common as c
 
+from ..errors import AozError
+
 EXAMPLES = {
     "nsd": """Examples:
 
@@ -19,6 +22,14 @@ EXAMPLES = {
   aoz nsd --bind 0.0.0.0 --port 5756 --advertise myhost.example.com
 
   aoz nsd --port 0                               # ephemeral port, printed on stderr""",
+    "keygen": """Examples:
+
+  aoz keygen mesh            # mesh.key (secret, 0600) and mesh.pub; prints the public key""",
+    "sidecar": """Examples:
+
+  aoz sidecar --naming tcp://nsd:5756                 # on every Spark host, same port
+
+  aoz sidecar --probe tcp://127.0.0.1:5758            # health: exit 0 and the counters""",
     "broker": """Examples:
 
   aoz broker --pub-port 5559 --sub-port 5560
@@ -34,7 +45,27 @@ Read it back: spark.read.parquet("recordings") or pyarrow.dataset.dataset("recor
 }
 
 
-async def nsd(host: str, port: int, advertise: str | None, heartbeat: float) -> int:
+def nsd_keys(
+    secret_file: Path | None, allow: list[str] | None, allow_files: list[Path] | None
+) -> dict[str, Any]:
+    """NamingDaemon keywords for a CURVE-secured naming plane (empty when not asked)."""
+    if secret_file is None and not allow and not allow_files:
+        return {}
+    if secret_file is None:
+        raise c.UserError("--curve-allow needs --curve-secret-file (the mesh secret key)")
+    try:
+        from ..security import read_key, read_keys  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:
+        raise c.UserError("this aoz has no CURVE naming plane (aoz.security.read_key)") from None
+    keys = list(allow or [])
+    for path in allow_files or ():
+        keys.extend(read_keys(path))
+    return {"curve_server_secret": read_key(secret_file), "curve_allow": keys or None}
+
+
+async def nsd(
+    host: str, port: int, advertise: str | None, heartbeat: float, keys: dict[str, Any]
+) -> int:
     """Run a naming daemon until SIGINT/SIGTERM, logging joins and leaves at INFO."""
     import anyio
 
@@ -42,11 +73,17 @@ async def nsd(host: str, port: int, advertise: str | None, heartbeat: float) -> 
 
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with (
-            NamingDaemon(host, port, advertise=advertise, heartbeat_interval=heartbeat) as d,
+            NamingDaemon(
+                host, port, advertise=advertise, heartbeat_interval=heartbeat, **keys
+            ) as d,
             anyio.create_task_group() as tg,
         ):
-            c.info(f"aoz nsd ready xpub={d.endpoint} xsub={d.xsub_endpoint} pid={os.getpid()}")
-            tg.start_soon(watch_mesh, d.endpoint, max(heartbeat, 1.0) * 3)
+            secured = " curve=on" if keys else ""
+            c.info(
+                f"aoz nsd ready xpub={d.endpoint} xsub={d.xsub_endpoint} pid={os.getpid()}{secured}"
+            )
+            if not keys:  # a secured nsd only talks to nodes holding the mesh keys
+                tg.start_soon(watch_mesh, d.endpoint, max(heartbeat, 1.0) * 3)
             async for _ in signals:
                 break
             tg.cancel_scope.cancel()
@@ -63,7 +100,6 @@ async def watch_mesh(endpoint: str, silent_after: float) -> None:
     import zmq
     import zmq.asyncio
 
-    from ..errors import AozError
     from ..protocol.naming import NamingType, decode_naming
 
     log = logging.getLogger("aoz.nsd")
@@ -185,10 +221,88 @@ def register(app: typer.Typer) -> None:
             float,
             typer.Option("--heartbeat", min=0.0, help="ZeroMQ heartbeat interval, s (0 = off)."),
         ] = 1.0,
+        curve_secret_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--curve-secret-file",
+                metavar="FILE",
+                rich_help_panel="Security",
+                help="Secure the naming plane with CURVE: the mesh secret key "
+                "(aoz keygen). OZ programs cannot use a secured nsd.",
+            ),
+        ] = None,
+        curve_allow: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--curve-allow",
+                metavar="KEY",
+                rich_help_panel="Security",
+                help="A node public key allowed in (repeatable).",
+            ),
+        ] = None,
+        curve_allow_file: Annotated[
+            list[Path] | None,
+            typer.Option(
+                "--curve-allow-file",
+                metavar="FILE",
+                rich_help_panel="Security",
+                help="File of allowed public keys, one a line (repeatable).",
+            ),
+        ] = None,
         log_level: c.LogLevel = None,
     ) -> None:
         """Run a naming daemon (OZ's nsd) until Ctrl-C/SIGTERM; joins and leaves at INFO."""
-        c.run(nsd(bind, port, advertise, heartbeat), own_signals=True)
+        keys = nsd_keys(curve_secret_file, curve_allow, curve_allow_file)
+        c.run(nsd(bind, port, advertise, heartbeat, keys), own_signals=True)
+
+    @app.command("keygen", epilog=EXAMPLES["keygen"])
+    def _keygen(
+        name: Annotated[str, typer.Argument(help="Writes NAME.key (secret) and NAME.pub.")],
+        force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")] = False,
+    ) -> None:
+        """Write a new CURVE keypair to NAME.key and NAME.pub (mode 0600); prints the public key."""
+        try:
+            from ..security import write_keypair  # type: ignore[attr-defined,unused-ignore]
+        except ImportError:
+            raise c.UserError(
+                "this aoz cannot write key files (aoz.security.write_keypair)"
+            ) from None
+        try:
+            secret_path, public_path, public = write_keypair(name, force=force)
+        except AozError as exc:
+            c.error(str(exc))
+            raise typer.Exit(1) from None
+        c.info(f"wrote {secret_path} (secret, keep it private) and {public_path}")
+        print(public, flush=True)
+
+    @app.command("sidecar", epilog=EXAMPLES["sidecar"])
+    def _sidecar(
+        bind: Annotated[
+            str, typer.Option("--bind", help="Where Spark tasks hand rows over.")
+        ] = "tcp://127.0.0.1:5758",
+        probe: Annotated[
+            str | None, typer.Option("--probe", metavar="ENDPOINT", help="Health-check one.")
+        ] = None,
+        log_level: c.LogLevel = None,
+        naming: c.Naming = None,
+        static_bind: c.StaticBind = None,
+        static_connect: c.StaticConnect = None,
+        config: c.Config = None,
+        connect_timeout: c.ConnectTimeout = None,
+    ) -> None:
+        """The Spark sink's sidecar (aoz.spark.sidecar): prints a ready line, stops on SIGTERM."""
+        try:
+            from ..spark.sidecar import sidecar_main  # type: ignore[import-not-found,unused-ignore]
+        except ImportError as exc:
+            if (exc.name or "").startswith("aoz"):
+                raise c.UserError("this aoz has no Spark sidecar (aoz.spark.sidecar)") from None
+            raise c.UserError(
+                f"aoz sidecar needs the 'spark' extra: pip install 'aoz[spark]' ({exc.name})"
+            ) from None
+        conn = c.Conn(naming, static_bind, static_connect, config, connect_timeout).kwargs(
+            "sidecar"
+        )
+        c.run(sidecar_main(conn, bind, probe=probe), own_signals=True)
 
     @app.command("broker", epilog=EXAMPLES["broker"])
     def _broker(
