@@ -115,11 +115,18 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
         _check(0 < self.udp_port < 65536, "udp_port must be within 1..65535")
         _check(self.linger >= 0, "linger must be >= 0 seconds")
         _check(self.send_hwm >= 1 and self.recv_hwm >= 1, "send_hwm and recv_hwm must be >= 1")
-        keys = (self.curve_server_public, self.curve_server_secret, self.curve_public,
-                self.curve_secret, *(self.curve_allow or ()))
+        keys = (
+            self.curve_server_public,
+            self.curve_server_secret,
+            self.curve_public,
+            self.curve_secret,
+            *(self.curve_allow or ()),
+        )
         for key in keys:
-            _check(key is None or len(key) == 40,
-                   "CURVE keys are 40-character Z85 text; make them with aoz.security.keypair()")
+            _check(
+                key is None or len(key) == 40,
+                "CURVE keys are 40-character Z85 text; make them with aoz.security.keypair()",
+            )
         _check(
             (self.curve_server_public is None) == (self.curve_server_secret is None),
             "CURVE needs both curve_server_public and curve_server_secret (the mesh keypair)",

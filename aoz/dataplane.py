@@ -71,8 +71,9 @@ def _mapped(what: str) -> Iterator[None]:
         yield
     except zmq.ZMQError as exc:
         if exc.errno == zmq.EINVAL:
-            raise ConfigError(f"{what}: ZeroMQ rejected a value ({exc}); check the settings") \
-                from exc
+            raise ConfigError(
+                f"{what}: ZeroMQ rejected a value ({exc}); check the settings"
+            ) from exc
         raise TransportError(f"{what}: {exc}") from exc
 
 
@@ -253,8 +254,9 @@ class DataPlane:
 
     def _bind(self, endpoint: str) -> None:
         assert self._pub is not None
-        with _mapped(f"cannot bind data publisher to {endpoint!r} (is the address in use "
-                     "or not local?)"):
+        with _mapped(
+            f"cannot bind data publisher to {endpoint!r} (is the address in use or not local?)"
+        ):
             self._pub.bind(endpoint)
             last = self._pub.getsockopt_string(zmq.LAST_ENDPOINT)
         self.endpoints.append(last)
@@ -410,7 +412,11 @@ class DataPlane:
         return n
 
     def _sequence(
-        self, subject: bytes, publisher: int, seq: int, msg: Message,
+        self,
+        subject: bytes,
+        publisher: int,
+        seq: int,
+        msg: Message,
         subs: tuple[Subscription, ...],
     ) -> None:
         """A sequenced frame that is not simply the next one of its subject's last
@@ -471,8 +477,9 @@ class DataPlane:
             return
         if subs:
             reply = fr.reply.decode("ascii") if fr.reply is not None else None
-            msg = Message(frame, len(fr.subject), fr.payload_start, fr.kind, reply, now,
-                          self._responder)
+            msg = Message(
+                frame, len(fr.subject), fr.payload_start, fr.kind, reply, now, self._responder
+            )
             for s in subs:
                 s.push(msg)
 

@@ -116,7 +116,11 @@ class Node:
         self._interest = InterestSet()
         self._requests = Requests(self.uuid, self)
         self._plane = DataPlane(
-            s, self._routes, self._interest, self._requests.on_reply, self,
+            s,
+            self._routes,
+            self._interest,
+            self._requests.on_reply,
+            self,
             self._requests.inbox_filter,
         )
         self._driver: Driver | None = None
@@ -377,7 +381,9 @@ class Node:
             raise SubjectError("queue_size must be >= 1")
         sub_ref: list[Subscription] = []
         sub = Subscription(
-            compiled, size, overflow or self.settings.overflow,
+            compiled,
+            size,
+            overflow or self.settings.overflow,
             lambda: self._unsubscribe(sub_ref[0]),
         )
         sub_ref.append(sub)
@@ -451,8 +457,9 @@ class Node:
             try:
                 while True:
                     others = [p for p in self.peers if p.uuid != self.uuid]
-                    missing = [p for p in others
-                               if not self._interest.has_inbox(inbox_subject(p.uuid))]
+                    missing = [
+                        p for p in others if not self._interest.has_inbox(inbox_subject(p.uuid))
+                    ]
                     if not missing:
                         with anyio.move_on_after(quiet) as settle:
                             await events.__anext__()  # a peer joined or left: look again
@@ -461,8 +468,7 @@ class Node:
                         continue
                     changed.clear()
                     self._plane.read_interest()
-                    if any(not self._interest.has_inbox(inbox_subject(p.uuid))
-                           for p in missing):
+                    if any(not self._interest.has_inbox(inbox_subject(p.uuid)) for p in missing):
                         with anyio.move_on_after(quiet):
                             await changed.wait()
             finally:
@@ -475,9 +481,7 @@ class Node:
         )
 
     # ------------------------------------------------------------------ request/reply
-    def _request_parts(
-        self, subject: str, data: object, codec: Codec | None
-    ) -> bytes:
+    def _request_parts(self, subject: str, data: object, codec: Codec | None) -> bytes:
         self._check_open()
         self._frames.header(subject)  # validates
         sb = subject_bytes(subject)
@@ -571,9 +575,7 @@ class Node:
             up = self.link_up(peer.endpoint)
             if seen.get(uuid, False) != up:
                 if up or uuid in seen:
-                    self._peer_hub.push(
-                        PeerEvent(kind="link_up" if up else "link_down", peer=peer)
-                    )
+                    self._peer_hub.push(PeerEvent(kind="link_up" if up else "link_down", peer=peer))
                 seen[uuid] = up
 
     def peer_event(self, event: PeerEvent) -> None:
@@ -626,8 +628,7 @@ class Node:
             no_responders=self._no_responders,
             replies_dropped=self._requests.replies_dropped,
             peers=len(self.peers),
-            subscriptions=sorted((s.statistics() for s in self._routes),
-                                 key=lambda s: s.pattern),
+            subscriptions=sorted((s.statistics() for s in self._routes), key=lambda s: s.pattern),
             discovery=disc,
         )
 

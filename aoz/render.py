@@ -7,6 +7,7 @@
 codec         ``encoding``     ``data``
 ============  ==============  ==========================================
 msgpack/json  ``"json"``       the decoded value (object, array, number...)
+omnm          ``"json"``       the fields, typed (``aoz.omnm.to_json``)
 text          ``"text"``       a string
 raw/unknown   ``"base64"``     the payload's bytes, base64
 malformed     ``"base64"``     the payload's bytes, base64
@@ -27,6 +28,14 @@ from .protocol.codecs import Codec
 __all__ = ["UNDECODABLE", "message_text", "message_to_dict"]
 
 _VALUE_CODECS = (Codec.MSGPACK, Codec.JSON)
+#: OpenMAMA's omnm payloads, where this aoz has the codec (aoz.omnm)
+OMNM: Any = getattr(Codec, "OMNM", None)
+
+
+def _omnm() -> Any:
+    import importlib
+
+    return importlib.import_module("aoz.omnm")
 
 
 class _Undecodable:
@@ -70,6 +79,11 @@ def message_to_dict(msg: Message) -> dict[str, Any]:
 def message_text(msg: Message) -> str:
     """The payload for a human: text as is, msgpack/JSON as JSON, raw bytes as UTF-8
     (undecodable bytes backslash-escaped)."""
+    if OMNM is not None and msg.codec is OMNM:  # fields one per line, like mamasubscriberc
+        try:
+            return str(_omnm().format_fields(msg.decode()))
+        except _UNDECODABLE:
+            UNDECODABLE.count += 1  # shown as bytes below
     if msg.codec in (*_VALUE_CODECS, Codec.TEXT):
         try:
             value = msg.decode()
@@ -81,6 +95,13 @@ def message_text(msg: Message) -> str:
 
 def _data(msg: Message) -> tuple[Any, str]:
     codec = msg.codec
+    if OMNM is not None and codec is OMNM:  # typed fields as JSON (aoz.omnm.to_json)
+        try:
+            value = _omnm().to_json(msg.decode())
+            msgspec.json.encode(value)
+            return value, "json"
+        except _UNDECODABLE:
+            UNDECODABLE.count += 1
     if codec in _VALUE_CODECS or codec is Codec.TEXT:
         try:
             value = msg.decode()

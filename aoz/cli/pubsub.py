@@ -13,10 +13,12 @@ import aoz.cli._common as c
 from ..errors import AozError, TransportError
 from ..message import Message
 from ..protocol.codecs import Codec
-from ..render import UNDECODABLE, message_text, message_to_dict
+from ..render import OMNM, UNDECODABLE, message_text, message_to_dict
 from .templates import TemplateError, parse_duration, render
 
-BodyCodec = Literal["text", "raw", "json", "msgpack"]
+BodyCodec = Literal["text", "raw", "json", "msgpack", "omnm"]
+#: the --codec choices this aoz supports (omnm where aoz.omnm is there)
+CODECS = ("text", "raw", "json", "msgpack", *(("omnm",) if OMNM is not None else ()))
 NATS_UNBOUNDED = 32_767  # natscli: --count below 1 publishes this many (math.MaxInt16)
 PROGRESS_ABOVE = 20  # natscli shows a progress bar above this many messages
 
@@ -72,12 +74,20 @@ def payload(
         value = msgspec.json.decode(text)
     except msgspec.DecodeError as exc:
         raise c.UserError(f"--codec {codec} needs a JSON body: {exc}") from None
+    if codec == "omnm":  # {"name": value, "qty:U32": 7} or a list of {name, fid, type, value}
+        import importlib
+
+        omnm = importlib.import_module("aoz.omnm")
+        try:
+            return omnm.from_json(value, key_types=True), OMNM
+        except AozError as exc:
+            raise c.UserError(f"--codec omnm: {exc}") from None
     return value, Codec.JSON if codec == "json" else Codec.MSGPACK
 
 
 def codec_of(value: str) -> BodyCodec:
-    if value not in ("text", "raw", "json", "msgpack"):
-        raise typer.BadParameter("choose text, raw, json or msgpack", param_hint="--codec")
+    if value not in CODECS:
+        raise typer.BadParameter("choose " + ", ".join(CODECS), param_hint="--codec")
     return value  # type: ignore[return-value]
 
 
@@ -260,8 +270,8 @@ def register(app: typer.Typer) -> None:
         str,
         typer.Option(
             "--codec",
-            help="Payload codec of the body: text, raw, json or msgpack "
-            "(json/msgpack parse the body as JSON).",
+            help="Payload codec of the body: text, raw, json, msgpack or omnm "
+            '(the others parse the body as JSON; omnm types keys like "qty:U32").',
         ),
     ]
 

@@ -10,8 +10,9 @@ import aoz.cli._common as c
 
 from ..errors import AozError, DecodeError, EncodeError, NoResponders, RequestTimeout
 from ..message import Message
+from ..protocol import codecs
 from ..protocol.codecs import Codec
-from ..render import UNDECODABLE, message_text, message_to_dict
+from ..render import OMNM, UNDECODABLE, message_text, message_to_dict
 from .pubsub import BodyCodec, body_or_stdin, codec_of, duration, payload, show
 
 EXAMPLES = {
@@ -152,6 +153,12 @@ async def reply(
 
 
 async def _echo(msg: Message) -> None:
+    if msg.codec is Codec.UNKNOWN or (OMNM is not None and msg.codec is OMNM):
+        # no aoz codec byte to choose: echo the payload verbatim, where aoz can
+        verbatim = getattr(codecs, "Verbatim", None)
+        if verbatim is not None:
+            await msg.respond(verbatim(msg.payload))
+            return
     if msg.codec in (Codec.MSGPACK, Codec.JSON, Codec.TEXT):
         try:
             await msg.respond(msg.decode(), codec=msg.codec)
@@ -164,7 +171,9 @@ async def _echo(msg: Message) -> None:
 def register(app: typer.Typer) -> None:
     CodecOpt = Annotated[
         str,
-        typer.Option("--codec", help="Payload codec of the body: text, raw, json or msgpack."),
+        typer.Option(
+            "--codec", help="Payload codec of the body: text, raw, json, msgpack or omnm."
+        ),
     ]
 
     @app.command("req", epilog=EXAMPLES["req"])
