@@ -26,6 +26,10 @@ that re-runs the drain, and sockets that are also written to have a safety re-ru
 Failures are not swallowed: an exception in a drain callback (other than a closed
 socket while closing) ends the reader task with it, which fails the node; the node
 then ends every subscription with an error.
+
+Why this module is longer than the others: the socket lifecycle, the fd readers, the
+receive hot path and the send paths share the sockets and their state, and are easiest
+to check for cancellation and error handling read together in one place.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from .errors import AozError, ConfigError, TransportError, WouldBlock
 from .interest import InterestSet
 from .message import Message, Responder
 from .protocol.frames import Kind, decode_frame, publish_subject_end
-from .protocol.sequence import FLAG, HEADER_LEN, PACK, gap
+from .protocol.sequence import FLAG, HEADER_LEN, PACK, SequenceTracker
 from .routing import RoutingTable
 from .security import ZAP_ENDPOINT, keypair, zap_reply
 from .subscription import Subscription
@@ -61,7 +65,6 @@ _DISCONNECT_GRACE = 0.5  # seconds a departed peer's data link may still drain
 _HANDSHAKE_MS = 5000  # a ZMTP handshake (CURVE included) must complete within this
 _CONNECT_TIMEOUT_MS = 1000  # one TCP connect attempt, before the next reconnect
 _BLOCK_CUT_MS = 30_000  # send_policy="block": a subscriber silent this long is cut
-_STREAMS_MAX = 65536  # (subject, publisher) sequence states kept before starting over
 
 
 @contextmanager
@@ -134,12 +137,7 @@ class DataPlane:
         self.malformed = 0
         self.lost = 0  # messages known missing upstream (sequence gaps), all subscriptions
         self.counters: dict[str, int] = {}
-        # subject -> publisher id -> last sequence seen (see aoz.protocol.sequence); the
-        # hot path keeps each subject's latest [publisher, sequence] in _last_seen, which
-        # is authoritative for that publisher (_streams lags for it)
-        self._streams: dict[bytes, dict[int, int]] = {}
-        self._last_seen: dict[bytes, list[int]] = {}
-        self._nstreams = 0
+        self.sequences = SequenceTracker()
 
     def count(self, counter: str, n: int = 1) -> None:
         self.counters[counter] = self.counters.get(counter, 0) + n
@@ -366,7 +364,7 @@ class DataPlane:
         publish = Kind.PUBLISH
         responder = self._responder
         unpack = PACK.unpack_from
-        last_seen = self._last_seen
+        last_seen = self.sequences.last_seen
         seq_end = 3 + HEADER_LEN
         now = time.time()
         n = 0
@@ -413,35 +411,19 @@ class DataPlane:
         self, subject: bytes, publisher: int, seq: int, msg: Message,
         subs: tuple[Subscription, ...],
     ) -> None:
-        """A sequenced frame that is not simply the next one of its subject's last
+        """A sequenced frame that is not simply the next one of its subject's latest
         publisher: a first frame, another publisher, or a gap."""
-        streams = self._streams.get(subject)
-        if streams is None:
-            if self._nstreams >= _STREAMS_MAX:
-                self.reset_sequences()
-            streams = self._streams[subject] = {}
-        st = self._last_seen.get(subject)
-        last = st[1] if st is not None and st[0] == publisher else streams.get(publisher)
-        if last is None:
-            self._nstreams += 1
-        else:
-            missing = gap(last, seq)
-            if missing:
-                msg.gap = missing
-                self.lost += missing
-                for s in subs:
-                    s.upstream_loss(missing)
-        if st is not None and st[0] != publisher:
-            streams[st[0]] = st[1]  # the previous publisher's state goes back to the table
-        streams[publisher] = seq
-        self._last_seen[subject] = [publisher, seq]
+        missing = self.sequences.check(subject, publisher, seq)
+        if missing:
+            msg.gap = missing
+            self.lost += missing
+            for s in subs:
+                s.upstream_loss(missing)
 
     def reset_sequences(self) -> None:
         """Forget every stream's last sequence (the subscriptions changed: a gap across
         the change would be a subscription's absence, not a loss)."""
-        self._streams.clear()
-        self._last_seen.clear()
-        self._nstreams = 0
+        self.sequences.clear()
 
     def hold(self) -> None:
         """A subscription with ``overflow="block"`` is full: stop reading the data SUB
