@@ -280,9 +280,11 @@ class DataPlane:
             # reporting the SUB's disconnects to a monitor nobody reads, freezing every
             # socket of the shared context.
             self._sub.disable_monitor()
-        for sock in (self._mon, self._sub, self._pub, self._zap):
+        # Only what we publish is worth waiting for; a SUB's queue holds subscriptions
+        # for peers that may be gone, which would hold term() for the whole linger.
+        for sock, wait in ((self._mon, 0), (self._sub, 0), (self._pub, linger), (self._zap, 0)):
             if sock is not None and not sock.closed:
-                sock.close(linger=linger)
+                sock.close(linger=wait)
         if not self._ctx.closed:
             # term() returns once what was queued has left, or the linger ran out;
             # it blocks, so not on the event loop
