@@ -65,6 +65,7 @@ from .protocol.frames import Kind, decode_frame, encode_reply, encode_request, p
 from .protocol.inbox import InboxTable
 from .protocol.subjects import compile_pattern, is_reserved, subject_bytes
 from .security import ZAP_ENDPOINT, keypair, zap_reply
+from .sockopts import DATA_MONITOR_EVENTS, HandshakeGuard, apply_data_options
 from .subscription import Mailbox, Subscription, SubscriptionStatistics
 
 __all__ = ["DataLinks", "Node", "NodeStatistics", "PeerEventStream", "ReplyStream", "connect"]
@@ -381,20 +382,10 @@ class Node:
         self._pub, self._sub = pub, sub
         if self._curve:
             self._setup_curve(pub, sub)
-        linger = int(s.linger * 1000)
-        for sock in (pub, sub):
-            sock.setsockopt(zmq.LINGER, linger)
-            sock.setsockopt(zmq.RECONNECT_IVL, max(1, int(s.reconnect_interval * 1000)))
-            if s.heartbeat_interval > 0:
-                ivl = int(s.heartbeat_interval * 1000)
-                sock.setsockopt(zmq.HEARTBEAT_IVL, ivl)
-                sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, ivl * 3)
-        pub.setsockopt(zmq.SNDHWM, s.send_hwm)
-        sub.setsockopt(zmq.RCVHWM, s.recv_hwm)
-        if s.mode in ("naming", "udp"):
-            self._mon = sub.get_monitor_socket(
-                zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
-            )
+        # socket options (sizes, handshake timeout, back-off): aoz/sockopts.py
+        apply_data_options(pub, sub, s)
+        self._guard = HandshakeGuard(sub, s, wanted=self._connected.__contains__, count=self.count)
+        self._mon = sub.get_monitor_socket(DATA_MONITOR_EVENTS)  # every mode: back-off
         try:
             if s.mode in ("naming", "udp"):
                 self._bind(f"tcp://{s.publish_address}:*")
@@ -696,6 +687,7 @@ class Node:
                 except Exception:  # a malformed monitor message is not worth a crash
                     continue
                 endpoint = ev["endpoint"].decode() if isinstance(ev["endpoint"], bytes) else ""
+                self._guard.event(ev["event"], endpoint, time.monotonic())  # aoz/sockopts.py
                 if ev["event"] == zmq.EVENT_CONNECTED:
                     self._link_state[endpoint] = True
                 elif ev["event"] in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
@@ -710,6 +702,7 @@ class Node:
         while True:
             await asyncio.sleep(0.25)
             now = time.monotonic()
+            self._guard.tick(now)  # reconnect after handshake back-off (aoz/sockopts.py)
             # Only abandoned reply streams can outlive their deadline: a single request
             # always removes its own entry when it returns, times out or is cancelled.
             for waiter in self._inbox.expire(now):
