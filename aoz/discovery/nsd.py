@@ -184,14 +184,18 @@ class NamingDaemon:
         await self.aclose()
 
 
-async def _serve(args: argparse.Namespace) -> int:
+def _keys(args: argparse.Namespace) -> tuple[str | None, list[str]]:
+    secret = read_key(args.curve_secret_file) if args.curve_secret_file else None
+    allow = list(args.curve_allow or ())
+    for path in args.curve_allow_file or ():
+        allow.extend(read_keys(path))
+    if allow and secret is None:
+        raise ConfigError("--curve-allow needs --curve-secret-file (the mesh secret key)")
+    return secret, allow
+
+
+async def _serve(args: argparse.Namespace, secret: str | None, allow: list[str]) -> int:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        secret = read_key(args.curve_secret_file) if args.curve_secret_file else None
-        allow = list(args.curve_allow or ())
-        for path in args.curve_allow_file or ():
-            allow.extend(read_keys(path))
-        if allow and secret is None:
-            raise ConfigError("--curve-allow needs --curve-secret-file (the mesh secret key)")
         async with NamingDaemon(
             args.bind,
             args.port,
@@ -251,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
     try:
-        return anyio.run(_serve, args)
+        secret, allow = _keys(args)
+        return anyio.run(_serve, args, secret, allow)
     except AozError as exc:
         print(f"aoz nsd: {exc}", file=sys.stderr, flush=True)
         return 1

@@ -151,7 +151,7 @@ async def test_an_impostor_uuid_on_a_live_peers_endpoint_evicts_nobody() -> None
 
 async def test_an_impostor_uuid_on_our_own_endpoint_does_not_expire_us() -> None:
     """Bug 7 of #9: another uuid announcing *our* endpoint expired us from our table."""
-    async with mesh() as (nsd, a, b), naming_attacker(nsd.xsub_endpoint) as evil:
+    async with mesh() as (nsd, _a, b), naming_attacker(nsd.xsub_endpoint) as evil:
         before = disc(b)["naming_conflicts"]
         await evil.send(forged(C, new_uuid(), b.endpoint))
         await eventually(lambda: disc(b)["naming_conflicts"] > before, "b judged the impostor")
