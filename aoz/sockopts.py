@@ -20,6 +20,12 @@ so that no socket that reads from the network is unbounded:
   them again after 1, 4, 16... seconds, up to ``settings.reconnect_backoff_max``
   (60 s): 4 failed handshakes in the first minute, then one a minute. A successful
   handshake resets the endpoint's back-off.
+- **Links libzmq abandons**: after a protocol error on an established connection -- a
+  message over ``ZMQ_MAXMSGSIZE``, say -- libzmq closes the session for good and never
+  reconnects (4.3.5: ``DISCONNECTED`` and no ``CONNECT_RETRIED``). A peer that sends one
+  oversized message would be cut off forever, and a hostile frame relayed by an OZ nsd
+  would end a node's naming subscription. The guard notices the missing retry and
+  connects such an endpoint again with the same back-off.
 - **CURVE** on the naming plane (``settings.naming_curve``): the same key model as the
   data plane (:mod:`aoz.security`); the nsd is the CURVE server.
 
@@ -40,6 +46,7 @@ from .config import Settings
 
 __all__ = [
     "DATA_MONITOR_EVENTS",
+    "GUARD_EVENTS",
     "HANDSHAKE_FAILED",
     "NAMING_MAX",
     "SUBSCRIPTION_MAX",
@@ -65,16 +72,31 @@ HANDSHAKE_FAILED: Final = frozenset(
         zmq.EVENT_HANDSHAKE_FAILED_AUTH,
     )
 )
-#: what the node's data SUB monitor listens to: link state and handshake outcomes
-DATA_MONITOR_EVENTS: Final = (
+#: events after which libzmq is still trying to (re)connect an endpoint
+_TRYING: Final = frozenset(
+    (
+        zmq.EVENT_CONNECTED,
+        zmq.EVENT_CONNECT_DELAYED,
+        zmq.EVENT_CONNECT_RETRIED,
+        zmq.EVENT_HANDSHAKE_SUCCEEDED,
+        *HANDSHAKE_FAILED,
+    )
+)
+#: what a guarded socket's monitor must report: link state, retries, handshake outcomes
+GUARD_EVENTS: Final = (
     zmq.EVENT_CONNECTED
+    | zmq.EVENT_CONNECT_DELAYED
+    | zmq.EVENT_CONNECT_RETRIED
     | zmq.EVENT_DISCONNECTED
-    | zmq.EVENT_CLOSED
     | zmq.EVENT_HANDSHAKE_SUCCEEDED
     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 )
+#: what the node's data SUB monitor listens to
+DATA_MONITOR_EVENTS: Final = GUARD_EVENTS | zmq.EVENT_CLOSED
+#: seconds after a disconnect within which libzmq schedules its retry (it does so at once)
+_RETRY_GRACE: Final = 1.0
 
 
 def _ms(seconds: float) -> int:
@@ -203,7 +225,8 @@ class Backoff:
 
 
 class HandshakeGuard:
-    """Applies :class:`Backoff` to one connecting socket.
+    """Applies :class:`Backoff` to one connecting socket: after failed handshakes, and
+    to links libzmq abandoned after a protocol error.
 
     Its owner feeds it the socket's monitor events (:meth:`event`) and the time
     (:meth:`tick`, every fraction of a second); ``wanted`` says whether an endpoint is
@@ -223,10 +246,16 @@ class HandshakeGuard:
         self._wanted = wanted
         self._count = count
         self._waiting: set[str] = set()
+        self._silent: dict[str, float] = {}  # disconnected, no retry seen yet: until when
         self.failures = 0
+        self.abandoned = 0
 
     def event(self, event: int, endpoint: str, now: float) -> None:
         """One monitor event of the socket."""
+        if event == zmq.EVENT_DISCONNECTED:
+            self._silent[endpoint] = now + _RETRY_GRACE
+        elif event in _TRYING:
+            self._silent.pop(endpoint, None)
         if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
             self.backoff.succeeded(endpoint)
         elif event in HANDSHAKE_FAILED and endpoint not in self._waiting:
@@ -245,6 +274,23 @@ class HandshakeGuard:
 
     def tick(self, now: float) -> None:
         """Connect again the endpoints whose back-off is over."""
+        for endpoint, until in list(self._silent.items()):
+            if now < until:
+                continue
+            del self._silent[endpoint]
+            if endpoint in self._waiting or self.sock.closed or not self._wanted(endpoint):
+                continue
+            self.abandoned += 1
+            if self._count is not None:
+                self._count("links_abandoned")
+            delay = self.backoff.failed(endpoint, now)
+            self._waiting.add(endpoint)
+            log.warning(
+                "ZeroMQ gave up on the link to %s after a protocol error (a message over "
+                "max_message_size?); connecting again in %.0f s",
+                endpoint,
+                delay,
+            )
         for endpoint in self.backoff.due(now):
             self._waiting.discard(endpoint)
             if self.sock.closed or not self._wanted(endpoint):

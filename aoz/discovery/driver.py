@@ -36,7 +36,7 @@ from zmq.utils.monitor import parse_monitor_message
 from ..config import Settings
 from ..errors import DecodeError, NamingTimeout, TransportError
 from ..protocol.naming import NamingType, decode_naming, encode_naming
-from ..sockopts import HandshakeGuard, apply_naming_options
+from ..sockopts import GUARD_EVENTS, HandshakeGuard, apply_naming_options
 from .peers import Peer, PeerEvent
 from .state import (
     Action,
@@ -307,11 +307,6 @@ class NamingDriver(DriverCore):
         actx = zmq.asyncio.Context.instance()
         sub = actx.socket(zmq.SUB)
         pub: zmq.Socket[bytes] = zmq.Context.shadow(actx.underlying).socket(zmq.PUB)
-        events = zmq.EVENT_HANDSHAKE_SUCCEEDED | (
-            zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-            | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-            | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-        )
         monitors: list[zmq.Socket[bytes]] = []
         try:
             apply_naming_options(sub, s, hwm=_HWM)
@@ -320,7 +315,7 @@ class NamingDriver(DriverCore):
                 mon: zmq.Socket[bytes] = zmq.Context.shadow(actx.underlying).socket(zmq.PAIR)
                 monitors.append(mon)
                 endpoint = f"inproc://aoz-naming-monitor-{id(sock):x}"
-                sock.monitor(endpoint, events)
+                sock.monitor(endpoint, GUARD_EVENTS)
                 mon.connect(endpoint)
                 wanted = self._wanted_naming(sock is sub)
                 self._monitors.append((mon, HandshakeGuard(sock, s, wanted=wanted)))
