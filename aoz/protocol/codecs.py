@@ -232,7 +232,7 @@ def decode_payload(codec: Codec, body: bytes, type: type[T] | None = None) -> An
             value = dec.decode(body)
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
             raise DecodeError(f"invalid {name} payload{target}: {exc}", what="payload") from None
-        except (RecursionError, MemoryError):
+        except RecursionError:
             raise DecodeError(
                 f"{name} payload{target} is nested too deeply (more than {MAX_DEPTH} levels)",
                 what="payload",
