@@ -42,10 +42,11 @@ import zmq
 from zmq.utils.monitor import parse_monitor_message
 
 from .config import Settings
-from .errors import AozError, ConfigError, TransportError
+from .errors import AozError, ConfigError, TransportError, WouldBlock
 from .interest import InterestSet
 from .message import Message, Responder
 from .protocol.frames import Kind, decode_frame, publish_subject_end
+from .protocol.sequence import FLAG, HEADER_LEN, PACK, gap
 from .routing import RoutingTable
 from .security import ZAP_ENDPOINT, keypair, zap_reply
 from .sockopts import DATA_MONITOR_EVENTS, HandshakeGuard, apply_data_options
@@ -58,6 +59,7 @@ log = logging.getLogger("aoz.node")
 _BATCH = 1024  # frames drained per wake-up before other callbacks run
 _COPY_THRESHOLD = 65536  # larger frames are sent zero-copy
 _DISCONNECT_GRACE = 0.5  # seconds a departed peer's data link may still drain
+_STREAMS_MAX = 65536  # (subject, publisher) sequence states kept before starting over
 
 
 @contextmanager
@@ -97,16 +99,18 @@ class DataPlane:
         self._inbox_filter = inbox_filter
         #: set whenever the interest set changes (wait_for_interest waits on it)
         self.interest_changed = asyncio.Event()
+        #: set when the publisher may have room again (blocked sends wait on it)
+        self._writable = asyncio.Event()
+        self._send_waiters = 0
         self.endpoint = ""
         self.endpoints: list[str] = []
         self._closing = False
 
-        # CURVE authentication is per context (one ZAP handler each), so a secured node
-        # gets a context of its own; every other node shares the process's instance.
+        # A context of its own: closing the node can then wait (in a worker thread,
+        # bounded by the linger) until what is queued has left, and a CURVE node has
+        # its own ZAP handler.
         self._curve = settings.curve_server_public is not None
-        self._ctx: zmq.Context[zmq.Socket[bytes]] = (
-            zmq.Context() if self._curve else zmq.Context.instance()
-        )
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._zap: zmq.Socket[bytes] | None = None
         self._curve_allowed: set[str] = set()
         self._pub: zmq.Socket[bytes] | None = None
@@ -123,8 +127,14 @@ class DataPlane:
         self.bytes_in = 0
         self.messages_out = 0
         self.bytes_out = 0
+        self.dropped_out = 0  # publishes dropped at a full queue (block node, block=False)
+        self.blocked_sends = 0  # publishes that had to wait for room
         self.malformed = 0
+        self.lost = 0  # messages known missing upstream (sequence gaps), all subscriptions
         self.counters: dict[str, int] = {}
+        # subject -> publisher id -> last sequence seen (see aoz.protocol.sequence)
+        self._streams: dict[bytes, dict[int, int]] = {}
+        self._nstreams = 0
 
     def count(self, counter: str, n: int = 1) -> None:
         self.counters[counter] = self.counters.get(counter, 0) + n
@@ -144,7 +154,7 @@ class DataPlane:
             self._pub, self._sub = pub, sub
             if self._curve:
                 self._setup_curve(pub, sub)
-            # sizes, handshake timeout, back-off after failed handshakes: aoz/sockopts.py
+            # every option and why: aoz/sockopts.py (sizes, handshakes, back-off, liveness)
             apply_data_options(pub, sub, s)
             self._guard = HandshakeGuard(
                 sub, s, wanted=self._connected.__contains__, count=self.count
@@ -228,8 +238,9 @@ class DataPlane:
         for sock in (self._mon, self._sub, self._pub, self._zap):
             if sock is not None and not sock.closed:
                 sock.close(linger=linger)
-        if self._curve and not self._ctx.closed:
-            # term() blocks until the sockets' linger ran out: not on the event loop
+        if not self._ctx.closed:
+            # term() returns once what was queued has left, or the linger ran out;
+            # it blocks, so not on the event loop
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(self._ctx.term)
 
@@ -326,6 +337,8 @@ class DataPlane:
                             continue
                     if subs:
                         msg = Message(frame, nul, nul + 3, publish, None, now, responder)
+                        if len(frame) >= nul + 3 + HEADER_LEN and frame[nul + 3] & FLAG:
+                            self._sequence(sb, frame, nul + 4, msg, subs)
                         for s in subs:
                             s.push(msg)
                 else:
@@ -338,6 +351,34 @@ class DataPlane:
             self.messages_in += n
             self.bytes_in += nbytes
         return n
+
+    def _sequence(
+        self, subject: bytes, frame: bytes, at: int, msg: Message, subs: tuple[Subscription, ...]
+    ) -> None:
+        """Check a sequenced frame against the last one of its (subject, publisher)."""
+        publisher, seq = PACK.unpack_from(frame, at)
+        streams = self._streams.get(subject)
+        if streams is None:
+            if self._nstreams >= _STREAMS_MAX:
+                self.reset_sequences()
+            streams = self._streams[subject] = {}
+        last = streams.get(publisher)
+        if last is None:
+            self._nstreams += 1
+        streams[publisher] = seq
+        if last is not None and seq != last + 1:
+            missing = gap(last, seq)
+            if missing:
+                msg.gap = missing
+                self.lost += missing
+                for s in subs:
+                    s.upstream_loss(missing)
+
+    def reset_sequences(self) -> None:
+        """Forget every stream's last sequence (the subscriptions changed: a gap across
+        the change would be a subscription's absence, not a loss)."""
+        self._streams.clear()
+        self._nstreams = 0
 
     def _other_frame(self, frame: bytes, now: float) -> None:
         """Requests, replies and anything malformed (validated by the protocol core)."""
@@ -377,6 +418,8 @@ class DataPlane:
         finally:
             if changed:
                 self.interest_changed.set()
+            if self._send_waiters:
+                self._writable.set()  # any XPUB event may mean room again: re-check
         return n
 
     def read_interest(self) -> None:
@@ -402,7 +445,7 @@ class DataPlane:
                     continue  # a link already dropped: keep no state for it
                 if self._guard is not None:
                     self._guard.event(ev["event"], endpoint, time.monotonic())
-                if ev["event"] == zmq.EVENT_CONNECTED:
+                if ev["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                     self._link_state[endpoint] = True
                 elif ev["event"] in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
                     self._link_state[endpoint] = False
@@ -447,7 +490,11 @@ class DataPlane:
         self._kick(self._sub)
 
     def send(self, frame: bytes) -> None:
-        """Hand one frame to ZeroMQ (never waits; ZeroMQ drops at a full HWM)."""
+        """Hand one frame to ZeroMQ without waiting.
+
+        With ``send_policy="drop"`` ZeroMQ never refuses (a full subscriber queue drops
+        for that subscriber). With ``"block"`` a full queue raises :class:`WouldBlock`.
+        """
         pub = self._pub
         if pub is None:
             raise TransportError("the data publisher is not open")
@@ -456,10 +503,51 @@ class DataPlane:
                 pub.send(frame, zmq.NOBLOCK)
             else:
                 pub.send(frame, zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            raise WouldBlock(
+                "a subscriber's queue at this publisher is full; `await node.publish(...)` "
+                "waits for room"
+            ) from None
         except zmq.ZMQError as exc:
             raise TransportError(f"publish failed: {exc}") from exc
         self.messages_out += 1
         self.bytes_out += len(frame)
+
+    def send_or_drop(self, frame: bytes) -> None:
+        """Send, or drop and count the frame when a subscriber's queue is full."""
+        try:
+            self.send(frame)
+        except WouldBlock:
+            self.dropped_out += 1
+
+    async def send_when_ready(self, frame: bytes) -> None:
+        """Send, waiting for room while a subscriber's queue is full (block policy).
+
+        A subscriber that stays frozen is cut by the publisher's heartbeat after three
+        heartbeat intervals, which frees the wait.
+        """
+        pub = self._pub
+        assert pub is not None
+        self._send_waiters += 1
+        self.blocked_sends += 1
+        try:
+            while True:
+                try:
+                    self.send(frame)
+                    return
+                except WouldBlock:
+                    pass
+                self._writable.clear()
+                events = int(pub.getsockopt(zmq.EVENTS))
+                self._kick(pub)  # reading EVENTS may have eaten the fd's signal
+                if events & zmq.POLLOUT:
+                    continue
+                # the XPUB's fd callback sets it on every change; the reader's 0.1 s
+                # safety re-run bounds a missed edge
+                with anyio.move_on_after(0.1):
+                    await self._writable.wait()
+        finally:
+            self._send_waiters -= 1
 
     # ------------------------------------------------------------------ peer links
     def connect_peer(self, endpoint: str) -> None:

@@ -97,6 +97,8 @@ GUARD_EVENTS: Final = (
 DATA_MONITOR_EVENTS: Final = GUARD_EVENTS | zmq.EVENT_CLOSED
 #: seconds after a disconnect within which libzmq schedules its retry (it does so at once)
 _RETRY_GRACE: Final = 1.0
+#: one TCP connect attempt of a data SUB, before the next reconnect
+_CONNECT_TIMEOUT_MS: Final = 1000
 
 
 def _ms(seconds: float) -> int:
@@ -127,7 +129,29 @@ def stop_reconnect_on_handshake_failure(sock: zmq.Socket[Any]) -> bool:
 
 
 def apply_data_options(pub: zmq.Socket[Any], sub: zmq.Socket[Any], s: Settings) -> None:
-    """Options of a node's data PUB (XPUB) and data SUB.
+    """Options of a node's data PUB (XPUB) and data SUB; why each matters:
+
+    - Heartbeats run on the XPUB only (ping every ``heartbeat_interval``, drop a
+      subscriber that has not answered within 3 of them): a frozen or vanished
+      subscriber is cut, which frees what it held at this publisher and withdraws
+      its filters (that is how a peer's link is seen to die). The SUB runs no
+      heartbeat timer and the XPUB asks for none (TTL 0): libzmq aborts
+      (``Assertion failed: !_io_error``, zeromq/libzmq#3937, #4767) when a heartbeat
+      timer fires on a connection whose input is stopped because the receiving
+      queue is full, which a burst into a busy subscriber makes likely.
+    - The SUB uses TCP keepalive instead, so a connection whose peer has gone
+      (a healed network cut, a rebooted host) is noticed and reconnected; the
+      connect timeout bounds each attempt so a reconnect follows within about a
+      second of the network healing.
+    - A handshake that does not complete within ``handshake_timeout`` (a frozen peer
+      whose kernel still accepts connections, a half-open attack) is dropped; a link
+      is up only once the handshake succeeded.
+    - ``send_policy="block"``: XPUB_NODROP, so a full subscriber queue makes the
+      send wait instead of dropping.
+    - Inbound sizes: the XPUB only ever receives subscriptions
+      (:data:`SUBSCRIPTION_MAX`), the SUB at most ``max_message_size``.
+    - The SUB stops retrying after a failed handshake; :class:`HandshakeGuard`
+      retries with back-off.
 
     >>> ctx = zmq.Context.instance()
     >>> pub, sub = ctx.socket(zmq.XPUB), ctx.socket(zmq.SUB)
@@ -139,11 +163,24 @@ def apply_data_options(pub: zmq.Socket[Any], sub: zmq.Socket[Any], s: Settings) 
     linger = int(s.linger * 1000)
     for sock in (pub, sub):
         sock.setsockopt(zmq.LINGER, linger)
-        _common(sock, s)
+        sock.setsockopt(zmq.HANDSHAKE_IVL, _ms(s.handshake_timeout))
     pub.setsockopt(zmq.SNDHWM, s.send_hwm)
     pub.setsockopt(zmq.MAXMSGSIZE, SUBSCRIPTION_MAX)
+    if s.heartbeat_interval > 0:
+        ivl = _ms(s.heartbeat_interval)
+        pub.setsockopt(zmq.HEARTBEAT_IVL, ivl)
+        pub.setsockopt(zmq.HEARTBEAT_TIMEOUT, ivl * 3)
+        pub.setsockopt(zmq.HEARTBEAT_TTL, 0)
+    if s.send_policy == "block":
+        pub.setsockopt(zmq.XPUB_NODROP, 1)
     sub.setsockopt(zmq.RCVHWM, s.recv_hwm)
     sub.setsockopt(zmq.MAXMSGSIZE, s.max_message_size)
+    sub.setsockopt(zmq.RECONNECT_IVL, _ms(s.reconnect_interval))
+    sub.setsockopt(zmq.CONNECT_TIMEOUT, _CONNECT_TIMEOUT_MS)
+    sub.setsockopt(zmq.TCP_KEEPALIVE, 1)
+    sub.setsockopt(zmq.TCP_KEEPALIVE_IDLE, 1)
+    sub.setsockopt(zmq.TCP_KEEPALIVE_INTVL, 1)
+    sub.setsockopt(zmq.TCP_KEEPALIVE_CNT, 3)
     stop_reconnect_on_handshake_failure(sub)
 
 
