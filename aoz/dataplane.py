@@ -102,6 +102,7 @@ class DataPlane:
         #: set when the publisher may have room again (blocked sends wait on it)
         self._writable = asyncio.Event()
         self._send_waiters = 0
+        self._holds = 0  # subscriptions with overflow="block" that are full
         self.endpoint = ""
         self.endpoints: list[str] = []
         self._closing = False
@@ -322,7 +323,7 @@ class DataPlane:
         n = 0
         nbytes = 0
         try:
-            while n < _BATCH:
+            while n < _BATCH and not self._holds:
                 frame = recv(noblock)
                 n += 1
                 nbytes += len(frame)
@@ -379,6 +380,17 @@ class DataPlane:
         the change would be a subscription's absence, not a loss)."""
         self._streams.clear()
         self._nstreams = 0
+
+    def hold(self) -> None:
+        """A subscription with ``overflow="block"`` is full: stop reading the data SUB
+        (ZeroMQ's queues, then TCP, then a blocking publisher take the back-pressure)."""
+        self._holds += 1
+
+    def release(self) -> None:
+        """That subscription has room again."""
+        self._holds -= 1
+        if not self._holds and self._sub is not None:
+            self._kick(self._sub)
 
     def _other_frame(self, frame: bytes, now: float) -> None:
         """Requests, replies and anything malformed (validated by the protocol core)."""

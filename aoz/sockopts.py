@@ -99,6 +99,8 @@ DATA_MONITOR_EVENTS: Final = GUARD_EVENTS | zmq.EVENT_CLOSED
 _RETRY_GRACE: Final = 1.0
 #: one TCP connect attempt of a data SUB, before the next reconnect
 _CONNECT_TIMEOUT_MS: Final = 1000
+#: send_policy="block": a subscriber silent this long is cut
+_BLOCK_CUT_MS: Final = 30_000
 
 
 def _ms(seconds: float) -> int:
@@ -169,7 +171,10 @@ def apply_data_options(pub: zmq.Socket[Any], sub: zmq.Socket[Any], s: Settings) 
     if s.heartbeat_interval > 0:
         ivl = _ms(s.heartbeat_interval)
         pub.setsockopt(zmq.HEARTBEAT_IVL, ivl)
-        pub.setsockopt(zmq.HEARTBEAT_TIMEOUT, ivl * 3)
+        # A subscriber whose queue is full reads no pings either: with "block" it is
+        # given 30 s before it is cut (its loss is then reported by sequence gaps).
+        timeout = ivl * 3 if s.send_policy == "drop" else max(ivl * 3, _BLOCK_CUT_MS)
+        pub.setsockopt(zmq.HEARTBEAT_TIMEOUT, timeout)
         pub.setsockopt(zmq.HEARTBEAT_TTL, 0)
     if s.send_policy == "block":
         pub.setsockopt(zmq.XPUB_NODROP, 1)
