@@ -88,7 +88,9 @@ class InterestSet:
         inbox-shaped filter covering it (an OZ peer's, a broker's) has arrived."""
         if inbox_of(handle) in self._filters:
             return True
-        return any(f.startswith(INBOX_PREFIX) and handle.startswith(f) for f in self._filters)
+        return any(
+            f.startswith(INBOX_PREFIX) and handle.startswith(f) for f in self._filters
+        )
 
     def has_inbox(self, inbox_filter: bytes) -> bool:
         """Whether a peer's inbox filter (``_INBOX.<uuid>``) has arrived: its data SUB is

@@ -20,7 +20,6 @@ __all__ = ["Message", "Responder"]
 
 T = TypeVar("T")
 
-
 class Responder(Protocol):
     """What a message answers through (the node that received it)."""
 

@@ -124,13 +124,10 @@ class Requests:
     def _expire_one(self, fut: asyncio.Future[Message], subject: str, timeout: float) -> None:
         if not fut.done():
             self.timeouts += 1
-            fut.set_exception(
-                RequestTimeout(
-                    f"no reply to request on {subject!r} within {timeout} s",
-                    subject=subject,
-                    timeout=timeout,
-                )
-            )
+            fut.set_exception(RequestTimeout(
+                f"no reply to request on {subject!r} within {timeout} s",
+                subject=subject, timeout=timeout,
+            ))
 
     def open_stream(
         self, subject: str, timeout: float, max_replies: int | None

@@ -266,11 +266,8 @@ class Subscription(Mailbox["Message"]):
             log.warning(
                 "subscription %r is losing messages: %d dropped (its queue of %d was full), "
                 "%d lost upstream so far; consume faster, raise queue_size, or use "
-                "send_policy='block' on the publisher",
-                self.pattern.text,
-                self.dropped,
-                self._limit,
-                self.lost,
+                "send_policy='block' on the publisher", self.pattern.text, self.dropped,
+                self._limit, self.lost,
             )
 
     def __aiter__(self) -> Subscription:

@@ -76,7 +76,6 @@ class PeerEventHub:
 
     def stream(self, queue_size: int = 1024, *, links: bool = False) -> PeerEventStream:
         box: Mailbox[PeerEvent] = Mailbox(queue_size, "drop_oldest")
-
         def forget() -> None:
             self._listeners.pop(box, None)
 
@@ -103,9 +102,8 @@ class PeerEventHub:
                     if ev.kind == "joined" and pred(ev.peer):
                         return ev.peer
         except TimeoutError:
-            raise WaitTimeout(
-                f"no matching peer appeared within {timeout} s", timeout=timeout
-            ) from None
+            raise WaitTimeout(f"no matching peer appeared within {timeout} s",
+                              timeout=timeout) from None
         finally:
             await events.aclose()
         raise ClosedError("node closed while waiting for a peer")

@@ -263,7 +263,7 @@ def build_tables(
         if codec in (1, 2):
             try:
                 fields = (_MSGPACK if codec == 1 else _JSON).decode(body)
-            except (msgspec.DecodeError, ValueError):
+            except (msgspec.DecodeError, ValueError, RecursionError):  # hostile nesting too
                 errors += 1
         elif codec > 3:
             codec = -1
