@@ -53,10 +53,8 @@ def nsd_keys(
         return {}
     if secret_file is None:
         raise c.UserError("--curve-allow needs --curve-secret-file (the mesh secret key)")
-    try:
-        from ..security import read_key, read_keys  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        raise c.UserError("this aoz has no CURVE naming plane (aoz.security.read_key)") from None
+    from ..security import read_key, read_keys
+
     keys = list(allow or [])
     for path in allow_files or ():
         keys.extend(read_keys(path))

@@ -269,3 +269,24 @@ async def test_nsd_logs_joins_and_leaves_at_info(spawn: Spawn) -> None:
     nsd.proc.send_signal(signal.SIGTERM)
     rc, _, err = await nsd.finish()
     assert rc == 0, err
+
+
+async def test_keygen_then_a_secured_nsd(spawn: Spawn, tmp_path: Path) -> None:
+    keygen = await spawn([str(AOZ), "keygen", str(tmp_path / "mesh")])
+    rc, out, err = await keygen.finish()
+    assert rc == 0, err
+    assert out.strip() and out.strip() in (tmp_path / "mesh.pub").read_text()
+    allow = tmp_path / "allow.txt"
+    allow.write_text((tmp_path / "mesh.pub").read_text())
+    nsd = await spawn([str(AOZ), "nsd", "--port", "0",
+                       "--curve-secret-file", str(tmp_path / "mesh.key"),
+                       "--curve-allow-file", str(allow)])  # fmt: skip
+    line = await nsd.wait_stderr("aoz nsd ready")
+    assert "curve=on" in line
+    nsd.proc.send_signal(signal.SIGTERM)
+    rc, _, err = await nsd.finish()
+    assert rc == 0, err
+    bad = await spawn([str(AOZ), "nsd", "--curve-allow", "x"])
+    rc, _, err = await bad.finish()
+    assert rc == 2 and "needs --curve-secret-file" in err
+    no_traceback(err)
