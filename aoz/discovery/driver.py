@@ -36,7 +36,7 @@ from zmq.utils.monitor import parse_monitor_message
 from ..config import Settings
 from ..errors import DecodeError, NamingTimeout, TransportError
 from ..protocol.naming import NamingType, decode_naming, encode_naming
-from ..sockopts import GUARD_EVENTS, HandshakeGuard, apply_naming_options
+from ..sockopts import GUARD_EVENTS, HANDSHAKE_FAILED, HandshakeGuard, apply_naming_options
 from .peers import Peer, PeerEvent
 from .state import (
     Action,
@@ -234,6 +234,7 @@ class NamingDriver(DriverCore):
         self._frames: dict[NamingType, bytes] = {}
         self._monitors: list[tuple[zmq.Socket[bytes], HandshakeGuard]] = []
         self._sub_mon: zmq.Socket[bytes] | None = None
+        self._xsub_up: dict[str, bool] = {}  # naming PUB link per nsd XSUB endpoint
 
     def _poll_connections(self, now: float) -> None:
         """Feed the naming sockets' monitor events to the state machine and the guards.
@@ -251,6 +252,11 @@ class NamingDriver(DriverCore):
                     raw = ev["endpoint"]
                     endpoint = raw.decode() if isinstance(raw, bytes) else ""
                     guard.event(event, endpoint, now)
+                    if mon is not self._sub_mon:  # the naming PUB: which XSUBs are up
+                        if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                            self._xsub_up[endpoint] = True
+                        elif event == zmq.EVENT_DISCONNECTED or event in HANDSHAKE_FAILED:
+                            self._xsub_up[endpoint] = False
                     ours = mon is self._sub_mon and state is not None
                     if ours and event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                         assert state is not None
@@ -282,6 +288,7 @@ class NamingDriver(DriverCore):
     def _connect_naming(self, endpoint: str) -> None:
         if self._pub is None:
             return
+        self._drop_dead_xsubs(endpoint)
         try:
             self._pub.connect(endpoint)
             log.debug("naming PUB connected to nsd XSUB %s", endpoint)
@@ -290,6 +297,21 @@ class NamingDriver(DriverCore):
                 self._counters.get("naming_connect_errors", 0) + 1
             )
             log.warning("cannot connect naming PUB to %s: %s", endpoint, exc)
+
+    def _drop_dead_xsubs(self, new: str) -> None:
+        """A new welcome: an XSUB we were told about earlier whose link is down belongs to
+        an nsd that restarted (a restart gives a new XSUB port). Disconnect it, or the
+        naming PUB would keep reconnecting to a dead port for ever."""
+        if self._pub is None or self._state is None:
+            return
+        for old in self._state.xsub_endpoints:
+            if old != new and not self._xsub_up.get(old, False):
+                with contextlib.suppress(zmq.ZMQError):
+                    self._pub.disconnect(old)
+                self._state.forget_xsub(old)
+                self._xsub_up.pop(old, None)
+                self._counters["xsubs_dropped"] = self._counters.get("xsubs_dropped", 0) + 1
+                log.info("naming PUB dropped %s (its nsd restarted on a new XSUB)", old)
 
     async def run(
         self, links: DataLinks, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED

@@ -333,6 +333,12 @@ class NamingState:
         out.extend(self._begin_announcing(now))
         return out
 
+    def forget_xsub(self, xsub_endpoint: str) -> None:
+        """The driver dropped a dead nsd's XSUB (a restarted nsd welcomed us on a new
+        one): a later welcome naming it again is new again."""
+        if xsub_endpoint in self._xsubs:
+            self._xsubs.remove(xsub_endpoint)
+
     def subscription_connected(self, now: float) -> list[Action]:
         """The naming SUB (re)connected to an nsd: believe the next ``W`` (one per call)."""
         self._welcome_due.append(now + self.welcome_window)
