@@ -332,7 +332,8 @@ class DataPlane:
             while n < _BATCH and not self._holds:
                 frame = recv(noblock)
                 n += 1
-                nbytes += len(frame)
+                flen = len(frame)
+                nbytes += flen
                 nul = scan(frame)
                 if nul > 0:
                     sb = frame[:nul]
@@ -344,7 +345,7 @@ class DataPlane:
                             continue
                     if subs:
                         msg = Message(frame, nul, nul + 3, publish, None, now, responder)
-                        if len(frame) >= nul + seq_end and frame[nul + 3] & FLAG:
+                        if flen >= nul + seq_end and frame[nul + 3] & FLAG:
                             # the next number from the subject's last publisher costs
                             # one unpack and one lookup; anything else takes _sequence
                             pid, seq = unpack(frame, nul + 4)
