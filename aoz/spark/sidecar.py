@@ -1,0 +1,319 @@
+"""The sink's sidecar: a long-lived aoz node that publishes rows handed over by Spark tasks.
+
+One sidecar runs on every host that runs Spark executors or the driver, on the same
+fixed port everywhere (``tcp://127.0.0.1:5758`` by default), so that every task can reach
+"its" sidecar by one address::
+
+    $ aoz sidecar --bind tcp://127.0.0.1:5758 --naming tcp://nsd-host:5756
+    aoz sidecar ready on tcp://127.0.0.1:5758 (node 5b0c...)
+    $ aoz sidecar --probe tcp://127.0.0.1:5758        # health: exit 0 and the counters
+
+In Python: :func:`run_sidecar` (what the command runs), :class:`SinkSidecar` (on a node
+you already have), :func:`sink_sidecar` (a node and a sidecar in a background thread,
+for synchronous Spark programs) and :func:`probe_sidecar`.
+
+Wire (ZeroMQ multipart, task DEALER -> sidecar ROUTER):
+
+* ``[b"P", seq, frame, frame...]``: publish these aoz publish frames (built by the task,
+  see :mod:`aoz.protocol.frames`), in order. Reply ``[b"A", seq, n]`` once all ``n`` are
+  in the node's ZeroMQ queues, or ``[b"N", seq, n, reason]`` when only the first ``n``
+  got there within ``publish_timeout`` (the task then fails and Spark retries it).
+* ``[b"H", token]``: health probe; reply ``[b"H", token, msgpack SidecarStatistics]``.
+
+No silent loss: the sidecar turns on ``XPUB_NODROP`` on its node's data socket, so a
+subscriber that falls ``send_hwm`` frames behind makes the send fail instead of
+dropping frames; the sidecar then waits (back-pressure on the tasks, which stop after a
+window of unacknowledged chunks) and acknowledges only what ZeroMQ accepted. ZeroMQ
+delivers what it accepted unless the subscriber's connection goes away.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import struct
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+import anyio.abc
+import msgspec
+import zmq
+import zmq.asyncio
+
+from .._tasks import TaskOwner
+from ..errors import ConfigError, TransportError, WaitTimeout
+
+if TYPE_CHECKING:
+    from ..node import Node
+
+__all__ = [
+    "DEFAULT_SIDECAR",
+    "SidecarHandle",
+    "SidecarStatistics",
+    "SinkSidecar",
+    "probe_sidecar",
+    "run_sidecar",
+    "sink_sidecar",
+]
+
+log = logging.getLogger("aoz.spark")
+
+DEFAULT_SIDECAR: Final = "tcp://127.0.0.1:5758"
+
+PUBLISH: Final = b"P"
+ACK: Final = b"A"
+NACK: Final = b"N"
+HEALTH: Final = b"H"
+_U64: Final = struct.Struct("!Q")
+_BAD_PREFIXES: Final = (b"_INBOX.", b"_NAMING")
+
+
+class SidecarStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    rows: int  #: frames published
+    chunks: int  #: chunks acknowledged in full
+    refused: int  #: chunks not (fully) published within publish_timeout (nacked)
+    waits: int  #: times a full subscriber queue made the sidecar wait
+    malformed: int  #: messages or frames that were not sidecar protocol (dropped)
+    node_uuid: str = ""
+    endpoint: str = ""
+
+
+def is_publish_frame(frame: bytes) -> bool:
+    """Whether ``frame`` is an application publish frame (not inbox/naming traffic)."""
+    n = frame.find(b"\0", 0, 258)
+    return n > 0 and frame[n + 1 : n + 3] == b"\x01\0" and not frame.startswith(_BAD_PREFIXES)
+
+
+def _data_socket(node: Node) -> zmq.Socket[bytes]:
+    # The node's XPUB data socket. The sidecar needs it raw: it forwards frames the
+    # tasks built, and it turns on XPUB_NODROP for back-pressure.
+    sock = getattr(node, "_pub", None)
+    if sock is None:
+        raise TransportError("the sidecar's node is not started; use `async with aoz.connect()`")
+    return sock  # type: ignore[no-any-return]
+
+
+class SinkSidecar:
+    """Publishes rows handed over by Spark tasks on ``node``. An async context manager.
+
+    >>> async with aoz.connect() as node, SinkSidecar(node) as sidecar:   # doctest: +SKIP
+    ...     df.write.format("aoz").option("sidecar", sidecar.endpoint)...
+
+    ``bind`` defaults to an ephemeral loopback port (fine for ``local[N]``; on a cluster
+    use the same fixed port on every host). The node's publishing becomes lossless
+    (``XPUB_NODROP``): its ``publish`` raises :class:`aoz.TransportError` rather than
+    drop when a subscriber is ``send_hwm`` frames behind. Opening and closing may happen
+    in different tasks.
+    """
+
+    def __init__(
+        self, node: Node, bind: str = "tcp://127.0.0.1:*", *, publish_timeout: float = 5.0
+    ) -> None:
+        if publish_timeout <= 0:
+            raise ConfigError("publish_timeout must be > 0 seconds")
+        self.node = node
+        self.bind = bind
+        self.publish_timeout = publish_timeout
+        self.endpoint = ""
+        self._ctx: zmq.asyncio.Context | None = None
+        self._sock: zmq.asyncio.Socket | None = None
+        self._owner = TaskOwner("aoz-sink-sidecar")
+        self._rows = self._chunks = self._refused = self._waits = self._malformed = 0
+
+    async def __aenter__(self) -> SinkSidecar:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Bind and start serving (returns once the socket is bound)."""
+        pub = _data_socket(self.node)
+        pub.setsockopt(zmq.XPUB_NODROP, 1)
+        ctx = zmq.asyncio.Context()
+        sock = ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVHWM, 1000)
+        try:
+            sock.bind(self.bind)
+        except zmq.ZMQError as exc:
+            sock.close()
+            ctx.term()
+            raise TransportError(
+                f"sink sidecar cannot bind {self.bind}: {exc} (another sidecar on this port?)"
+            ) from exc
+        self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._ctx, self._sock = ctx, sock
+
+        async def setup(tg: anyio.abc.TaskGroup) -> None:
+            tg.start_soon(self._serve, pub, sock, name="aoz-sink-sidecar")
+
+        await self._owner.start(setup)
+
+    async def aclose(self) -> None:
+        """Stop serving and release the socket; safe from any task, and twice."""
+        await self._owner.aclose()
+        sock, ctx, self._sock, self._ctx = self._sock, self._ctx, None, None
+        if sock is not None:
+            sock.close(linger=0)
+        if ctx is not None:
+            ctx.term()
+
+    async def _serve(self, pub: zmq.Socket[bytes], sock: zmq.asyncio.Socket) -> None:
+        while True:
+            parts = await sock.recv_multipart()
+            if len(parts) < 3:
+                self._malformed += 1
+                continue
+            peer, kind, seq = parts[0], parts[1], parts[2]
+            if kind == PUBLISH:
+                sent, reason = await self._publish(pub, parts, 3)
+                if reason is None:
+                    self._chunks += 1
+                    await sock.send_multipart([peer, ACK, seq, _U64.pack(sent)])
+                else:
+                    self._refused += 1
+                    await sock.send_multipart([peer, NACK, seq, _U64.pack(sent), reason.encode()])
+            elif kind == HEALTH:
+                stats = msgspec.msgpack.encode(self.statistics())
+                await sock.send_multipart([peer, HEALTH, seq, stats])
+            else:
+                self._malformed += 1
+
+    async def _publish(
+        self, pub: zmq.Socket[bytes], frames: list[bytes], start: int
+    ) -> tuple[int, str | None]:
+        sent = 0
+        deadline = 0.0
+        for i in range(start, len(frames)):
+            frame = frames[i]
+            if not is_publish_frame(frame):
+                self._malformed += 1
+                return sent, "not an aoz publish frame"
+            while True:
+                try:
+                    pub.send(frame, zmq.NOBLOCK)
+                    break
+                except zmq.Again:
+                    # a subscriber is send_hwm frames behind: wait for it, boundedly
+                    now = time.monotonic()
+                    if not deadline:
+                        deadline = now + self.publish_timeout
+                    elif now > deadline:
+                        return sent, f"subscribers did not keep up for {self.publish_timeout} s"
+                    self._waits += 1
+                    await anyio.sleep(0.002)
+                except zmq.ZMQError as exc:
+                    return sent, f"publish failed: {exc}"
+            sent += 1
+            self._rows += 1
+        return sent, None
+
+    def statistics(self) -> SidecarStatistics:
+        return SidecarStatistics(
+            rows=self._rows, chunks=self._chunks, refused=self._refused, waits=self._waits,
+            malformed=self._malformed, node_uuid=self.node.uuid, endpoint=self.endpoint,
+        )  # fmt: skip
+
+
+def probe_sidecar(endpoint: str = DEFAULT_SIDECAR, timeout: float = 2.0) -> SidecarStatistics:
+    """Ask a sidecar for its counters (blocking): the health probe.
+
+    Raises :class:`aoz.WaitTimeout` when no sidecar answers within ``timeout`` seconds.
+
+    >>> probe_sidecar("tcp://127.0.0.1:5758").rows   # doctest: +SKIP
+    """
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(endpoint)
+        token = _U64.pack(time.monotonic_ns())
+        sock.send_multipart([HEALTH, token])
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            if not sock.poll(int(left * 1000) + 1):
+                break
+            parts = sock.recv_multipart()
+            if len(parts) == 3 and parts[0] == HEALTH and parts[1] == token:
+                return msgspec.msgpack.decode(parts[2], type=SidecarStatistics)
+    except zmq.ZMQError as exc:
+        raise TransportError(f"cannot reach the aoz sink sidecar at {endpoint}: {exc}") from exc
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+    raise WaitTimeout(
+        f"no aoz sink sidecar answered at {endpoint} within {timeout} s; start one on this "
+        "host with `aoz sidecar --bind <that address>`",
+        timeout=timeout,
+    )
+
+
+class SidecarHandle:
+    """A sidecar running in a background thread (see :func:`sink_sidecar`)."""
+
+    def __init__(self, sidecar: SinkSidecar) -> None:
+        self._sidecar = sidecar
+        self.endpoint = sidecar.endpoint
+        self.node_uuid = sidecar.node.uuid
+
+    def statistics(self) -> SidecarStatistics:
+        return self._sidecar.statistics()
+
+
+@contextlib.contextmanager
+def sink_sidecar(bind: str = "tcp://127.0.0.1:*", **settings: Any) -> Iterator[SidecarHandle]:
+    """Run a node and a :class:`SinkSidecar` in a background thread, for synchronous
+    Spark programs. ``settings`` go to :func:`aoz.connect`.
+
+    >>> with sink_sidecar("tcp://127.0.0.1:5758", naming=["tcp://127.0.0.1:5756"]) as sc:  # doctest: +SKIP
+    ...     df.write.format("aoz").option("sidecar", sc.endpoint)...
+    """
+    from anyio.from_thread import start_blocking_portal
+
+    from ..node import connect
+
+    with (
+        start_blocking_portal() as portal,
+        portal.wrap_async_context_manager(connect(**settings)) as node,
+        portal.wrap_async_context_manager(SinkSidecar(node, bind)) as sidecar,
+    ):
+        yield SidecarHandle(sidecar)
+
+
+async def run_sidecar(
+    bind: str = DEFAULT_SIDECAR,
+    *,
+    publish_timeout: float = 5.0,
+    on_ready: Callable[[SinkSidecar], None] | None = None,
+    **settings: Any,
+) -> SidecarStatistics:
+    """Run a sidecar until SIGINT/SIGTERM (what ``aoz sidecar`` runs); return its counters.
+
+    Joins the mesh with ``aoz.connect(**settings)``, binds ``bind``, then prints the
+    readiness line ``aoz sidecar ready on <endpoint> (node <uuid>)`` to stdout (or calls
+    ``on_ready``). A signal stops it cleanly: the current chunk is finished or nacked,
+    the node leaves the mesh.
+    """
+    from ..node import connect
+
+    async with connect(**settings) as node:
+        sidecar = SinkSidecar(node, bind, publish_timeout=publish_timeout)
+        await sidecar.start()
+        try:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                if on_ready is not None:
+                    on_ready(sidecar)
+                else:
+                    print(f"aoz sidecar ready on {sidecar.endpoint} (node {node.uuid})", flush=True)
+                async for signum in signals:
+                    print(f"aoz sidecar: {signal.strsignal(signum)}, stopping", file=sys.stderr)
+                    break
+        finally:
+            await sidecar.aclose()
+        return sidecar.statistics()
