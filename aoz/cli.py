@@ -107,7 +107,7 @@ Options are the daemon's own: aoz nsd --help""",
 
   aoz record 'MD.>' --dir recordings                 # until Ctrl-C
 
-  aoz record 'MD.>' 'TRADES.*' --dir rec --duration 60 --type aoz.marketdata:Quote
+  aoz record 'MD.>' 'TRADES.*' --dir rec --duration 60 --type examples.marketdata:Quote
 
 Read it back: spark.read.parquet("recordings") or pyarrow.dataset.dataset("recordings")""",
     "bench": """Examples:
@@ -510,9 +510,9 @@ def _run_bench(argv: list[str]) -> int:
 
 
 def _run_demo(argv: list[str]) -> int:
-    from . import demo
+    from .__main__ import run_demo
 
-    return int(demo.main(argv) or 0)
+    return run_demo(argv)
 
 
 # ---------------------------------------------------------------- typer application

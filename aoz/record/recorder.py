@@ -316,7 +316,7 @@ class Recorder:
 
 
 def resolve_types(specs: Iterable[str]) -> list[type[Any]]:
-    """``["aoz.marketdata:Quote", ...]`` -> the classes (for command lines)."""
+    """``["examples.marketdata:Quote", ...]`` -> the classes (for command lines)."""
     import importlib
 
     out: list[type[Any]] = []

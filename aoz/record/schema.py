@@ -16,7 +16,7 @@ column          Arrow type                      filled from
 
 aoz's wire frame carries no sender, sequence number or send time, so the recorder takes
 them from the payload when it is a msgpack/JSON map that has them (the demo feed's
-:class:`~aoz.marketdata.Quote`/:class:`~aoz.marketdata.Trade` carry ``sender``, ``seq`` and
+``Quote``/``Trade`` of ``examples/marketdata`` carry ``sender``, ``seq`` and
 ``ts``) and leaves them null otherwise. Numeric send times are read as seconds since the
 epoch (values above 1e11 as milliseconds, 1e14 microseconds, 1e17 nanoseconds); a msgpack
 timestamp or datetime is taken as is.
@@ -108,9 +108,15 @@ def _kind_of(t: msgspec.inspect.Type) -> ColumnKind | None:
 def columns_for(types: Iterable[type[Any]]) -> tuple[Column, ...]:
     """The decoded columns for ``msgspec.Struct`` types: the union of their scalar fields.
 
-    >>> from aoz.marketdata import Quote, Trade
+    >>> class Quote(msgspec.Struct, tag="quote"):
+    ...     symbol: str
+    ...     bid: float
+    ...     seq: int          # feeds the fixed ``sequence`` column, not repeated
+    >>> class Trade(msgspec.Struct, tag="trade"):
+    ...     symbol: str
+    ...     price: float
     >>> [c.name for c in columns_for([Quote, Trade])]
-    ['type', 'symbol', 'venue', 'bid', 'ask', 'bid_size', 'ask_size', 'price', 'size']
+    ['type', 'symbol', 'bid', 'price']
     """
     out: dict[str, Column] = {}
     for tp in types:

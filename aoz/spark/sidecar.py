@@ -271,7 +271,7 @@ def sink_sidecar(bind: str = "tcp://127.0.0.1:*", **settings: Any) -> Iterator[S
     """Run a node and a :class:`SinkSidecar` in a background thread, for synchronous
     Spark programs. ``settings`` go to :func:`aoz.connect`.
 
-    >>> with sink_sidecar("tcp://127.0.0.1:5758", naming=["tcp://127.0.0.1:5756"]) as sc:  # doctest: +SKIP
+    >>> with sink_sidecar(naming=["tcp://127.0.0.1:5756"]) as sc:  # doctest: +SKIP
     ...     df.write.format("aoz").option("sidecar", sc.endpoint)...
     """
     from anyio.from_thread import start_blocking_portal

@@ -158,7 +158,9 @@ class _SidecarClient:
             self._sock.connect(endpoint)
         except zmq.ZMQError as exc:
             self.close()
-            raise TransportError(f"cannot connect to the aoz sink sidecar {endpoint}: {exc}") from exc
+            raise TransportError(f"cannot connect to the aoz sink sidecar {endpoint}: {exc}") from (
+                exc
+            )
 
     def send(self, frames: list[bytes]) -> None:
         """Hand ``frames`` over; blocks while ``window`` chunks are unacknowledged."""
@@ -188,7 +190,7 @@ class _SidecarClient:
         seq, n = _U64.unpack(parts[1])[0], _U64.unpack(parts[2])[0]
         expected = self._inflight.pop(seq, None)
         if expected is None:
-            raise TransportError(f"aoz sink sidecar at {self.endpoint} acknowledged chunk {seq} twice")
+            raise TransportError(f"aoz sink sidecar at {self.endpoint} sent an unknown chunk {seq}")
         self.acked += n
         if parts[0] == NACK:
             reason = parts[3].decode(errors="replace") if len(parts) > 3 else "?"
@@ -305,7 +307,8 @@ def _write_batches(
     partition = ctx.partitionId() if ctx else 0
     task = secrets.randbits(63)
     encoder = _FrameEncoder(opts, (query_id, batch_id, partition, task))
-    client = _SidecarClient(opts.sidecars[partition % len(opts.sidecars)], opts.timeout, opts.window)
+    endpoint = opts.sidecars[partition % len(opts.sidecars)]
+    client = _SidecarClient(endpoint, opts.timeout, opts.window)
     try:
         for batch in batches:
             for start in range(0, batch.num_rows, opts.chunk_rows):
@@ -389,10 +392,12 @@ class AozStreamWriter(DataSourceStreamArrowWriter):
         return _write_batches(self.opts, iterator, query_id, int(batch))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        _announce(self.opts, messages, batchId, "commit", _checkpoint_query_id(self.opts.checkpoint))
+        query_id = _checkpoint_query_id(self.opts.checkpoint)
+        _announce(self.opts, messages, batchId, "commit", query_id)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        _announce(self.opts, messages, batchId, "abort", _checkpoint_query_id(self.opts.checkpoint))
+        query_id = _checkpoint_query_id(self.opts.checkpoint)
+        _announce(self.opts, messages, batchId, "abort", query_id)
 
 
 class AozBatchWriter(DataSourceArrowWriter):

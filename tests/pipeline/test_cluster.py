@@ -5,8 +5,6 @@ mid-batch. Every committed row must come out of the Deduplicator exactly once.""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +15,7 @@ import anyio
 import pytest
 
 from aoz.spark.delivery import CommitNotice, Deduplicator, envelope_of
-from aoz.spark.sidecar import SinkSidecar, probe_sidecar
+from aoz.spark.sidecar import SinkSidecar
 
 from .cluster import cluster_env, java_available, standalone_cluster
 
