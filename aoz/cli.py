@@ -113,6 +113,10 @@ Read it back: spark.read.parquet("recordings") or pyarrow.dataset.dataset("recor
     "bench": """Examples:
 
   aoz bench --quick                # run from a clone of the aoz repository""",
+    "sidecar": """Examples:
+
+  aoz sidecar --naming tcp://nsd:5756                 # on every Spark host, same port
+  aoz sidecar --probe tcp://127.0.0.1:5758            # health: exit 0 and the counters""",
     "demo": """Examples:
 
   aoz demo""",
@@ -794,6 +798,24 @@ def _build_app() -> Any:
                    flush_interval=flush_interval, duration=duration, progress=progress),
             own_signals=True,
         )  # fmt: skip
+
+    @app.command("sidecar", epilog=_EXAMPLES["sidecar"])
+    def _sidecar(
+        bind: Annotated[str, typer.Option("--bind", help="Where Spark tasks hand rows over.")]
+        = "tcp://127.0.0.1:5758",
+        probe: Annotated[
+            str | None, typer.Option("--probe", metavar="ENDPOINT", help="Health-check one.")
+        ] = None,
+        naming: Naming = None,
+        static_bind: StaticBind = None,
+        static_connect: StaticConnect = None,
+        config: Config = None,
+    ) -> None:
+        """The Spark sink's sidecar (aoz.spark.sidecar): prints a ready line, stops on SIGTERM."""
+        from .spark.sidecar import sidecar_main
+
+        conn = _connect_kwargs("sidecar", naming, static_bind, static_connect, config)
+        run(sidecar_main(conn, bind, probe=probe), own_signals=True)
 
     @app.command("bench", epilog=_EXAMPLES["bench"], **passthrough)  # type: ignore[arg-type]
     def _bench(ctx: typer.Context) -> None:

@@ -43,7 +43,6 @@ __all__ = [
     "FIXED_COLUMNS",
     "Column",
     "ColumnKind",
-    "RowBuffer",
     "arrow_schema",
     "build_tables",
     "columns_for",
@@ -215,17 +214,109 @@ def _convert(kind: ColumnKind, value: object) -> object:
     return _micros(value)
 
 
-class RowBuffer:
-    """Column lists for messages received on one UTC day, appended row by row."""
+_EMPTY: Final[dict[str, object]] = {}
 
-    __slots__ = ("columns", "decoded", "rows")
+
+class _Decoded:
+    """The fields a recording reads from payloads, decoded in bulk (see build_tables)."""
 
     def __init__(self, decoded: Sequence[Column]) -> None:
-        self.decoded = tuple(decoded)
-        self.columns: dict[str, list[object]] = {
-            c.name: [] for c in (*FIXED_COLUMNS, *self.decoded)
-        }
-        self.rows = 0
+        names = [*SENDER_FIELDS, *SEQUENCE_FIELDS, *SEND_TS_FIELDS]
+        names += [c.name for c in decoded if c.name not in names]
+        self.names = names
+        fields = [(f"f{i}", Any, None) for i in range(len(names))]
+        rename = {f"f{i}": name for i, name in enumerate(names)}
+        # Any-typed fields: unknown keys are skipped in C, nothing fails validation.
+        self.row = msgspec.defstruct("RecordedFields", fields, rename=rename)
+        self.msgpack = msgspec.msgpack.Decoder(list[self.row])  # type: ignore[name-defined]
+        self.json = msgspec.json.Decoder(list[self.row])  # type: ignore[name-defined]
+        self.one_msgpack = msgspec.msgpack.Decoder(self.row)
+        self.one_json = msgspec.json.Decoder(self.row)
+
+    def decode(self, codec: int, bodies: list[bytes]) -> tuple[list[tuple[Any, ...] | None], int]:
+        """Each body's field values (``None`` for a body that is not a map), and errors.
+
+        One decoder call for the whole batch: the bodies are joined into one msgpack
+        array (or JSON list). If that fails, each body is decoded alone, to find the bad
+        ones (counted) and keep the others.
+        """
+        n = len(bodies)
+        try:
+            if codec == 1:
+                head = bytes([0x90 | n]) if n < 16 else b"\xdd" + n.to_bytes(4, "big")
+                rows = self.msgpack.decode(head + b"".join(bodies))
+            else:
+                rows = self.json.decode(b"[" + b",".join(bodies) + b"]")
+            return [msgspec.structs.astuple(r) for r in rows], 0
+        except (msgspec.DecodeError, ValueError):
+            pass
+        one = self.one_msgpack if codec == 1 else self.one_json
+        out: list[tuple[Any, ...] | None] = []
+        errors = 0
+        for body in bodies:
+            try:
+                out.append(msgspec.structs.astuple(one.decode(body)))
+            except msgspec.ValidationError:
+                out.append(None)  # valid, but not a map: no fields
+            except (msgspec.DecodeError, ValueError):
+                errors += 1
+                out.append(None)
+        return out, errors
+
+
+_DECODERS: dict[tuple[Column, ...], _Decoded] = {}
+
+
+def _decoder(decoded: tuple[Column, ...]) -> _Decoded:
+    d = _DECODERS.get(decoded)
+    if d is None:
+        if len(_DECODERS) > 32:
+            _DECODERS.clear()
+        d = _DECODERS[decoded] = _Decoded(decoded)
+    return d
+
+
+def _column(values: list[Any], kind: ColumnKind) -> Any:
+    """An Arrow array of ``kind`` from decoded values: in bulk when every value has the
+    right type, else value by value (wrong types become null)."""
+    import pyarrow as pa
+
+    typ = _arrow_type(kind)
+    if kind != "timestamp":
+        ok = _PY_TYPES[kind]
+        if all(v is None or type(v) in ok for v in values):
+            return pa.array(values, type=typ)
+        return pa.array([_convert(kind, v) for v in values], type=typ)
+    return pa.array([_micros(v) for v in values], type=typ)
+
+
+_PY_TYPES: Final[dict[str, tuple[type, ...]]] = {
+    "string": (str,),
+    "int": (int,),
+    "float": (float,),
+    "bool": (bool,),
+    "bytes": (bytes,),
+}
+
+
+def _send_micros(values: list[Any]) -> Any:
+    """send_ts column: float/int seconds (or ms, us, ns by magnitude) in bulk."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    typ = pa.timestamp("us", tz="UTC")
+    if not all(v is None or type(v) is float or type(v) is int for v in values):
+        return pa.array([_micros(v) for v in values], type=typ)
+    secs = pa.array(values, type=pa.float64())
+    mag = pc.abs(secs)
+    scale = pc.if_else(
+        pc.less(mag, 1e11), 1e6,
+        pc.if_else(pc.less(mag, 1e14), 1e3, pc.if_else(pc.less(mag, 1e17), 1.0, 1e-3)),
+    )  # fmt: skip
+    micros = pc.round(pc.multiply(secs, scale))
+    finite = pc.is_finite(micros)
+    micros = pc.if_else(finite, micros, pa.scalar(None, pa.float64()))
+    return pc.cast(micros, pa.int64()).cast(typ)
 
 
 def build_tables(
@@ -236,51 +327,70 @@ def build_tables(
 
     Returns ``({"YYYY-MM-DD": pyarrow.Table}, decode_errors)``; ``decode_errors`` counts
     msgpack/JSON payloads that did not parse (their rows are kept, with null fields).
+
+    Vectorised: payloads of one codec are decoded by one decoder call into tuples of
+    the wanted fields, and each column is built by one ``pyarrow.array`` call; Python
+    touches each row only to pick its codec and day.
     """
     import pyarrow as pa
 
-    by_day: dict[int, RowBuffer] = {}
-    errors = 0
+    rows = list(rows)
     decoded = tuple(decoded)
-    for subject, received_at, payload in rows:
-        day = int(received_at // 86_400)
-        buf = by_day.get(day)
-        if buf is None:
-            buf = by_day[day] = RowBuffer(decoded)
-        cols = buf.columns
-        codec = payload[0] if payload else 0
-        fields: Any = None
-        if codec in (1, 2):
-            try:
-                fields = (_MSGPACK if codec == 1 else _JSON).decode(payload[1:])
-            except (msgspec.DecodeError, ValueError):
-                errors += 1
-        elif codec > 3:
-            codec = -1
-        if not isinstance(fields, dict):
-            fields = {}
-        sender = fields.get("sender")
-        seq = fields.get("sequence", fields.get("seq"))
-        send = None
-        for name in SEND_TS_FIELDS:
-            if name in fields:
-                send = fields[name]
-                break
-        cols["subject"].append(subject)
-        cols["sender"].append(sender if isinstance(sender, str) and sender else None)
-        cols["sequence"].append(seq if isinstance(seq, int) and not isinstance(seq, bool) else None)
-        cols["send_ts"].append(_micros(send))
-        cols["receive_ts"].append(round(received_at * 1_000_000))
-        cols["codec"].append(codec)
-        cols["payload"].append(payload)
-        for c in decoded:
-            cols[c.name].append(_convert(c.kind, fields.get(c.name)))
-        buf.rows += 1
+    if not rows:
+        return {}, 0
+    subjects, received, payloads = (list(c) for c in zip(*rows, strict=True))
+    codecs = [p[0] if p else 0 for p in payloads]
+    dec = _decoder(decoded)
+    width = len(dec.names)
+    fields: list[tuple[Any, ...] | None] = [None] * len(rows)
+    errors = 0
+    for codec in (1, 2):
+        idx = [i for i, c in enumerate(codecs) if c == codec]
+        if idx:
+            values, bad = dec.decode(codec, [payloads[i][1:] for i in idx])
+            errors += bad
+            for i, v in zip(idx, values, strict=True):
+                fields[i] = v
+    none = (None,) * width
+    cols = list(zip(*[f or none for f in fields], strict=True))
+    by_name = dict(zip(dec.names, cols, strict=True))
 
+    def first(*names: str) -> list[Any]:
+        out = list(by_name[names[0]])
+        for name in names[1:]:
+            out = [a if a is not None else b for a, b in zip(out, by_name[name], strict=True)]
+        return out
+
+    senders = [v if type(v) is str and v else None for v in by_name["sender"]]
+    seqs = [v if type(v) is int else None for v in first(*SEQUENCE_FIELDS)]
     schema = arrow_schema(decoded)
-    tables: dict[str, Any] = {}
-    for day, buf in sorted(by_day.items()):
-        date = (_EPOCH + dt.timedelta(days=day)).date().isoformat()
-        arrays = [pa.array(buf.columns[f.name], type=f.type) for f in schema]
-        tables[date] = pa.Table.from_arrays(arrays, schema=schema)
+    recv = pa.array(received, type=pa.float64())
+    import pyarrow.compute as pc
+
+    arrays = {
+        "subject": pa.array(subjects, type=pa.string()),
+        "sender": pa.array(senders, type=pa.string()),
+        "sequence": pa.array(seqs, type=pa.int64()),
+        "send_ts": _send_micros(first(*SEND_TS_FIELDS)),
+        "receive_ts": pc.cast(pc.round(pc.multiply(recv, 1e6)), pa.int64()).cast(
+            pa.timestamp("us", tz="UTC")
+        ),
+        "codec": pa.array([c if c <= 3 else -1 for c in codecs], type=pa.int64()),
+        "payload": pa.array(payloads, type=pa.binary()),
+    }
+    for c in decoded:
+        arrays[c.name] = _column(list(by_name[c.name]), c.kind)
+    table = pa.Table.from_arrays([arrays[f.name] for f in schema], schema=schema)
+    days = [int(t // 86_400) for t in (min(received), max(received))]
+    if days[0] == days[1]:
+        return {_date(days[0]): table}, errors
+    day_of = [int(t // 86_400) for t in received]
+    tables = {}
+    for day in sorted(set(day_of)):
+        mask = pa.array([d == day for d in day_of])
+        tables[_date(day)] = table.filter(mask)
     return tables, errors
+
+
+def _date(day: int) -> str:
+    return (_EPOCH + dt.timedelta(days=day)).date().isoformat()

@@ -287,7 +287,7 @@ def sink_sidecar(bind: str = "tcp://127.0.0.1:*", **settings: Any) -> Iterator[S
 
 
 async def run_sidecar(
-    bind: str = DEFAULT_SIDECAR,
+    address: str = DEFAULT_SIDECAR,
     *,
     publish_timeout: float = 5.0,
     on_ready: Callable[[SinkSidecar], None] | None = None,
@@ -295,7 +295,8 @@ async def run_sidecar(
 ) -> SidecarStatistics:
     """Run a sidecar until SIGINT/SIGTERM (what ``aoz sidecar`` runs); return its counters.
 
-    Joins the mesh with ``aoz.connect(**settings)``, binds ``bind``, then prints the
+    Joins the mesh with ``aoz.connect(**settings)``, binds ``address`` (where tasks hand
+    rows over; ``settings`` may have a ``bind`` of their own, for static mode), then prints the
     readiness line ``aoz sidecar ready on <endpoint> (node <uuid>)`` to stdout (or calls
     ``on_ready``). A signal stops it cleanly: the current chunk is finished or nacked,
     the node leaves the mesh.
@@ -303,7 +304,7 @@ async def run_sidecar(
     from ..node import connect
 
     async with connect(**settings) as node:
-        sidecar = SinkSidecar(node, bind, publish_timeout=publish_timeout)
+        sidecar = SinkSidecar(node, address, publish_timeout=publish_timeout)
         await sidecar.start()
         try:
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -317,3 +318,23 @@ async def run_sidecar(
         finally:
             await sidecar.aclose()
         return sidecar.statistics()
+
+
+async def sidecar_main(
+    conn: dict[str, Any],
+    address: str = DEFAULT_SIDECAR,
+    *,
+    probe: str | None = None,
+    publish_timeout: float = 5.0,
+    timeout: float = 2.0,
+) -> int:
+    """``aoz sidecar``: run one (until SIGINT/SIGTERM; counters as JSON on stdout at the
+    end), or with ``probe`` ask the sidecar at that endpoint for its counters (exit 0,
+    JSON on stdout) and exit 1 when none answers within ``timeout``."""
+    if probe is not None:
+        stats = await anyio.to_thread.run_sync(probe_sidecar, probe, timeout)
+    else:
+        stats = await run_sidecar(address, publish_timeout=publish_timeout, **conn)
+    sys.stdout.write(msgspec.json.encode(stats).decode() + "\n")
+    sys.stdout.flush()
+    return 0

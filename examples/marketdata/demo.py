@@ -409,9 +409,9 @@ async def _run(args: argparse.Namespace) -> int:
 
         async def boot_spark() -> None:
             try:
-                spark_box.append(await anyio.to_thread.run_sync(
-                    _start_spark, args.master, out / "spark-jvm.log"
-                ))
+                spark_box.append(
+                    await anyio.to_thread.run_sync(_start_spark, args.master, out / "spark-jvm.log")
+                )
             except Exception as exc:  # reported below, with the demo's own message
                 spark_error.append(exc)
             finally:
@@ -543,8 +543,10 @@ async def _run(args: argparse.Namespace) -> int:
     _report(dash, rec.statistics(), say)
     if spark_failure:
         say(f"[red]Spark query failed: {spark_failure}[/]")
-    if not live_bars and not spark_failure and not any(
-        n.startswith("interrupted") for n in dash.notes
+    if (
+        not live_bars
+        and not spark_failure
+        and not any(n.startswith("interrupted") for n in dash.notes)
     ):
         say(
             f"[red]no bar arrived during the {args.duration:g} s live phase[/]: Spark's "
