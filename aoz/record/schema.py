@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Sequence
+from operator import attrgetter
 from typing import Any, Final, Literal
 
 import msgspec
@@ -223,18 +224,19 @@ class _Decoded:
     def __init__(self, decoded: Sequence[Column]) -> None:
         names = [*SENDER_FIELDS, *SEQUENCE_FIELDS, *SEND_TS_FIELDS]
         names += [c.name for c in decoded if c.name not in names]
-        self.names = names
+        self.attr = {name: f"f{i}" for i, name in enumerate(names)}
         fields = [(f"f{i}", Any, None) for i in range(len(names))]
         rename = {f"f{i}": name for i, name in enumerate(names)}
         # Any-typed fields: unknown keys are skipped in C, nothing fails validation.
         self.row = msgspec.defstruct("RecordedFields", fields, rename=rename)
+        self.empty = self.row()
         self.msgpack = msgspec.msgpack.Decoder(list[self.row])  # type: ignore[name-defined]
         self.json = msgspec.json.Decoder(list[self.row])  # type: ignore[name-defined]
         self.one_msgpack = msgspec.msgpack.Decoder(self.row)
         self.one_json = msgspec.json.Decoder(self.row)
 
-    def decode(self, codec: int, bodies: list[bytes]) -> tuple[list[tuple[Any, ...] | None], int]:
-        """Each body's field values (``None`` for a body that is not a map), and errors.
+    def decode(self, codec: int, bodies: list[bytes]) -> tuple[list[Any], int]:
+        """Each body's fields (the empty row for a body that is not a map), and errors.
 
         One decoder call for the whole batch: the bodies are joined into one msgpack
         array (or JSON list). If that fails, each body is decoded alone, to find the bad
@@ -243,24 +245,25 @@ class _Decoded:
         n = len(bodies)
         try:
             if codec == 1:
-                head = bytes([0x90 | n]) if n < 16 else b"\xdd" + n.to_bytes(4, "big")
-                rows = self.msgpack.decode(head + b"".join(bodies))
+                rows: list[Any] = self.msgpack.decode(
+                    b"".join((b"\xdd", n.to_bytes(4, "big"), *bodies))
+                )
             else:
                 rows = self.json.decode(b"[" + b",".join(bodies) + b"]")
-            return [msgspec.structs.astuple(r) for r in rows], 0
+            return rows, 0
         except (msgspec.DecodeError, ValueError):
             pass
         one = self.one_msgpack if codec == 1 else self.one_json
-        out: list[tuple[Any, ...] | None] = []
+        out: list[Any] = []
         errors = 0
         for body in bodies:
             try:
-                out.append(msgspec.structs.astuple(one.decode(body)))
+                out.append(one.decode(body))
             except msgspec.ValidationError:
-                out.append(None)  # valid, but not a map: no fields
+                out.append(self.empty)  # valid, but not a map: no fields
             except (msgspec.DecodeError, ValueError):
                 errors += 1
-                out.append(None)
+                out.append(self.empty)
         return out, errors
 
 
@@ -277,26 +280,24 @@ def _decoder(decoded: tuple[Column, ...]) -> _Decoded:
 
 
 def _column(values: list[Any], kind: ColumnKind) -> Any:
-    """An Arrow array of ``kind`` from decoded values: in bulk when every value has the
-    right type, else value by value (wrong types become null)."""
+    """An Arrow array of ``kind`` from decoded values: in one pyarrow call when the
+    values' inferred type is the column's (ints also fill a float column), else value by
+    value, wrong types becoming null (pyarrow alone would truncate 1.5 to 1)."""
     import pyarrow as pa
 
     typ = _arrow_type(kind)
-    if kind != "timestamp":
-        ok = _PY_TYPES[kind]
-        if all(v is None or type(v) in ok for v in values):
-            return pa.array(values, type=typ)
-        return pa.array([_convert(kind, v) for v in values], type=typ)
-    return pa.array([_micros(v) for v in values], type=typ)
-
-
-_PY_TYPES: Final[dict[str, tuple[type, ...]]] = {
-    "string": (str,),
-    "int": (int,),
-    "float": (float,),
-    "bool": (bool,),
-    "bytes": (bytes,),
-}
+    if kind == "timestamp":
+        return pa.array([_micros(v) for v in values], type=typ)
+    try:
+        arr = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        arr = None
+    if arr is not None:
+        if arr.type == typ:
+            return arr
+        if pa.types.is_null(arr.type) or (kind == "float" and arr.type == pa.int64()):
+            return arr.cast(typ)
+    return pa.array([_convert(kind, v) for v in values], type=typ)
 
 
 def _send_micros(values: list[Any]) -> Any:
@@ -305,17 +306,23 @@ def _send_micros(values: list[Any]) -> Any:
     import pyarrow.compute as pc
 
     typ = pa.timestamp("us", tz="UTC")
-    if not all(v is None or type(v) is float or type(v) is int for v in values):
+    try:
+        secs = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        secs = None
+    if secs is None or not (
+        pa.types.is_floating(secs.type) or pa.types.is_integer(secs.type)
+        or pa.types.is_null(secs.type)
+    ):  # fmt: skip
         return pa.array([_micros(v) for v in values], type=typ)
-    secs = pa.array(values, type=pa.float64())
+    secs = secs.cast(pa.float64())
     mag = pc.abs(secs)
     scale = pc.if_else(
         pc.less(mag, 1e11), 1e6,
         pc.if_else(pc.less(mag, 1e14), 1e3, pc.if_else(pc.less(mag, 1e17), 1.0, 1e-3)),
     )  # fmt: skip
     micros = pc.round(pc.multiply(secs, scale))
-    finite = pc.is_finite(micros)
-    micros = pc.if_else(finite, micros, pa.scalar(None, pa.float64()))
+    micros = pc.if_else(pc.is_finite(micros), micros, pa.scalar(None, pa.float64()))
     return pc.cast(micros, pa.int64()).cast(typ)
 
 
@@ -328,58 +335,64 @@ def build_tables(
     Returns ``({"YYYY-MM-DD": pyarrow.Table}, decode_errors)``; ``decode_errors`` counts
     msgpack/JSON payloads that did not parse (their rows are kept, with null fields).
 
-    Vectorised: payloads of one codec are decoded by one decoder call into tuples of
-    the wanted fields, and each column is built by one ``pyarrow.array`` call; Python
-    touches each row only to pick its codec and day.
+    Vectorised: the payloads of one codec are decoded by one decoder call, each column
+    is taken out with a C-level ``map`` and built by one ``pyarrow.array`` call; Python
+    loops over rows only to pick each row's codec.
     """
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     rows = list(rows)
     decoded = tuple(decoded)
     if not rows:
         return {}, 0
     subjects, received, payloads = (list(c) for c in zip(*rows, strict=True))
-    codecs = [p[0] if p else 0 for p in payloads]
     dec = _decoder(decoded)
-    width = len(dec.names)
-    fields: list[tuple[Any, ...] | None] = [None] * len(rows)
+    codecs = [p[0] if p else 0 for p in payloads]
     errors = 0
-    for codec in (1, 2):
-        idx = [i for i, c in enumerate(codecs) if c == codec]
-        if idx:
-            values, bad = dec.decode(codec, [payloads[i][1:] for i in idx])
-            errors += bad
-            for i, v in zip(idx, values, strict=True):
-                fields[i] = v
-    none = (None,) * width
-    cols = list(zip(*[f or none for f in fields], strict=True))
-    by_name = dict(zip(dec.names, cols, strict=True))
+    n_msgpack = codecs.count(1)
+    if n_msgpack == len(rows):  # the common case: one feed, one codec
+        fields, errors = dec.decode(1, [p[1:] for p in payloads])
+    else:
+        fields = [dec.empty] * len(rows)
+        for codec in (1, 2):
+            idx = [i for i, c in enumerate(codecs) if c == codec]
+            if idx:
+                values, bad = dec.decode(codec, [payloads[i][1:] for i in idx])
+                errors += bad
+                for i, v in zip(idx, values, strict=True):
+                    fields[i] = v
+
+    def col(name: str) -> list[Any]:
+        return list(map(attrgetter(dec.attr[name]), fields))
 
     def first(*names: str) -> list[Any]:
-        out = list(by_name[names[0]])
+        out = col(names[0])
         for name in names[1:]:
-            out = [a if a is not None else b for a, b in zip(out, by_name[name], strict=True)]
+            if out.count(None):
+                other = col(name)
+                if other.count(None) != len(other):
+                    out = [a if a is not None else b for a, b in zip(out, other, strict=True)]
         return out
 
-    senders = [v if type(v) is str and v else None for v in by_name["sender"]]
-    seqs = [v if type(v) is int else None for v in first(*SEQUENCE_FIELDS)]
-    schema = arrow_schema(decoded)
+    sender = _column(col("sender"), "string")
+    sender = pc.if_else(pc.equal(sender, ""), pa.scalar(None, pa.string()), sender)
     recv = pa.array(received, type=pa.float64())
-    import pyarrow.compute as pc
-
     arrays = {
         "subject": pa.array(subjects, type=pa.string()),
-        "sender": pa.array(senders, type=pa.string()),
-        "sequence": pa.array(seqs, type=pa.int64()),
+        "sender": sender,
+        "sequence": _column(first(*SEQUENCE_FIELDS), "int"),
         "send_ts": _send_micros(first(*SEND_TS_FIELDS)),
         "receive_ts": pc.cast(pc.round(pc.multiply(recv, 1e6)), pa.int64()).cast(
             pa.timestamp("us", tz="UTC")
         ),
-        "codec": pa.array([c if c <= 3 else -1 for c in codecs], type=pa.int64()),
+        "codec": pa.array(codecs if max(codecs) <= 3 else [c if c <= 3 else -1 for c in codecs],
+                          type=pa.int64()),
         "payload": pa.array(payloads, type=pa.binary()),
-    }
+    }  # fmt: skip
     for c in decoded:
-        arrays[c.name] = _column(list(by_name[c.name]), c.kind)
+        arrays[c.name] = _column(col(c.name), c.kind)
+    schema = arrow_schema(decoded)
     table = pa.Table.from_arrays([arrays[f.name] for f in schema], schema=schema)
     days = [int(t // 86_400) for t in (min(received), max(received))]
     if days[0] == days[1]:
