@@ -14,10 +14,14 @@ for synchronous Spark programs) and :func:`probe_sidecar`.
 
 Wire (ZeroMQ multipart, task DEALER -> sidecar ROUTER):
 
-* ``[b"P", seq, frame, frame...]``: publish these aoz publish frames (built by the task,
-  see :mod:`aoz.protocol.frames`), in order. Reply ``[b"A", seq, n]`` once all ``n`` are
-  in the node's ZeroMQ queues, or ``[b"N", seq, n, reason]`` when only the first ``n``
-  got there within ``publish_timeout`` (the task then fails and Spark retries it).
+* ``[b"P", seq, table, index, offsets, bodies]``: publish a chunk of rows, in order.
+  ``table`` is msgpack ``[codec, [subject, ...]]``; ``index`` holds each row's subject
+  number (uint16, little-endian), ``offsets`` the row boundaries in ``bodies`` (uint32,
+  ``n + 1`` of them). The sidecar builds each aoz publish frame itself, from subjects it
+  validated once per chunk (:mod:`aoz.protocol.frames`), so bad input can never become
+  a bad frame and nothing is parsed per row. Reply ``[b"A", seq, n]`` once all ``n``
+  rows are in the node's ZeroMQ queues, or ``[b"N", seq, n, reason]`` when only the
+  first ``n`` got there within ``publish_timeout`` (the task then fails; Spark retries).
 * ``[b"H", token]``: health probe; reply ``[b"H", token, msgpack SidecarStatistics]``.
 
 No silent loss: the sidecar turns on ``XPUB_NODROP`` on its node's data socket, so a
@@ -35,7 +39,9 @@ import signal
 import struct
 import sys
 import time
+from array import array
 from collections.abc import Callable, Iterator
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
@@ -45,7 +51,9 @@ import zmq
 import zmq.asyncio
 
 from .._tasks import TaskOwner
-from ..errors import ConfigError, TransportError, WaitTimeout
+from ..errors import AozError, ConfigError, TransportError, WaitTimeout
+from ..protocol.frames import publish_header
+from ..protocol.subjects import is_reserved, subject_bytes
 
 if TYPE_CHECKING:
     from ..node import Node
@@ -69,7 +77,6 @@ ACK: Final = b"A"
 NACK: Final = b"N"
 HEALTH: Final = b"H"
 _U64: Final = struct.Struct("!Q")
-_BAD_PREFIXES: Final = (b"_INBOX.", b"_NAMING")
 
 
 class SidecarStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -82,10 +89,69 @@ class SidecarStatistics(msgspec.Struct, frozen=True, kw_only=True):
     endpoint: str = ""
 
 
-def is_publish_frame(frame: bytes) -> bool:
-    """Whether ``frame`` is an application publish frame (not inbox/naming traffic)."""
-    n = frame.find(b"\0", 0, 258)
-    return n > 0 and frame[n + 1 : n + 3] == b"\x01\0" and not frame.startswith(_BAD_PREFIXES)
+_TABLE: Final = msgspec.msgpack.Decoder(tuple[int, list[str]])
+
+
+class ChunkError(ValueError):
+    """A publish chunk that does not follow the sidecar wire (counted, nacked)."""
+
+
+def encode_chunk(
+    codec: int, subjects: list[str], index: list[int], bodies: list[bytes]
+) -> list[bytes]:
+    """The four parts after ``[b"P", seq]`` for rows ``bodies`` on ``subjects[index[i]]``."""
+    offsets = array("I", [0])
+    offsets.extend(accumulate(map(len, bodies)))
+    return [
+        msgspec.msgpack.encode((codec, subjects)),
+        array("H", index).tobytes(),
+        offsets.tobytes(),
+        b"".join(bodies),
+    ]
+
+
+def decode_chunk(parts: list[bytes], headers: dict[str, bytes]) -> list[bytes]:
+    """Build the aoz publish frames of a chunk (see the module docstring).
+
+    ``headers`` caches validated subject headers across chunks. Raises
+    :class:`ChunkError` for anything malformed; no frame is built from invalid input.
+    """
+    if len(parts) != 4:
+        raise ChunkError("a publish chunk has 4 parts after the sequence number")
+    table, index_raw, offsets_raw, blob = parts
+    try:
+        codec, subjects = _TABLE.decode(table)
+    except msgspec.DecodeError as exc:
+        raise ChunkError(f"bad subject table: {exc}") from None
+    if not 0 <= codec <= 255 or len(index_raw) % 2 or len(offsets_raw) % 4:
+        raise ChunkError("bad codec, index or offsets")
+    heads = []
+    tail = b"\0" + bytes([codec])
+    for subject in subjects:
+        h = headers.get(subject)
+        if h is None:
+            if is_reserved(subject):
+                raise ChunkError(f"subject {subject!r} is reserved")
+            try:
+                h = publish_header(subject_bytes(subject))[:-1] + tail
+            except AozError as exc:
+                raise ChunkError(str(exc)) from None
+            if len(headers) > 100_000:
+                headers.clear()
+            headers[subject] = h
+        elif h[-1] != codec:
+            h = h[:-1] + bytes([codec])
+        heads.append(h)
+    index = array("H")
+    index.frombytes(index_raw)
+    offsets = array("I")
+    offsets.frombytes(offsets_raw)
+    n = len(index)
+    if len(offsets) != n + 1 or (n and (offsets[0] != 0 or offsets[n] != len(blob))):
+        raise ChunkError("offsets do not match the rows")
+    if n and max(index) >= len(heads):
+        raise ChunkError("a row names a subject the table does not have")
+    return [heads[i] + blob[a:b] for i, a, b in zip(index, offsets, offsets[1:], strict=False)]
 
 
 def _data_socket(node: Node) -> zmq.Socket[bytes]:
@@ -123,6 +189,7 @@ class SinkSidecar:
         self._sock: zmq.asyncio.Socket | None = None
         self._owner = TaskOwner("aoz-sink-sidecar")
         self._rows = self._chunks = self._refused = self._waits = self._malformed = 0
+        self._headers: dict[str, bytes] = {}
 
     async def __aenter__(self) -> SinkSidecar:
         await self.start()
@@ -172,7 +239,13 @@ class SinkSidecar:
                 continue
             peer, kind, seq = parts[0], parts[1], parts[2]
             if kind == PUBLISH:
-                sent, reason = await self._publish(pub, parts, 3)
+                try:
+                    frames = decode_chunk(parts[3:], self._headers)
+                except ChunkError as exc:
+                    self._malformed += 1
+                    sent, reason = 0, str(exc)
+                else:
+                    sent, reason = await self._publish(pub, frames)
                 if reason is None:
                     self._chunks += 1
                     await sock.send_multipart([peer, ACK, seq, _U64.pack(sent)])
@@ -185,19 +258,15 @@ class SinkSidecar:
             else:
                 self._malformed += 1
 
-    async def _publish(
-        self, pub: zmq.Socket[bytes], frames: list[bytes], start: int
-    ) -> tuple[int, str | None]:
+    async def _publish(self, pub: zmq.Socket[bytes], frames: list[bytes]) -> tuple[int, str | None]:
         sent = 0
         deadline = 0.0
-        for i in range(start, len(frames)):
-            frame = frames[i]
-            if not is_publish_frame(frame):
-                self._malformed += 1
-                return sent, "not an aoz publish frame"
+        send = pub.send
+        nb = zmq.NOBLOCK
+        for frame in frames:
             while True:
                 try:
-                    pub.send(frame, zmq.NOBLOCK)
+                    send(frame, nb)
                     break
                 except zmq.Again:
                     # a subscriber is send_hwm frames behind: wait for it, boundedly
@@ -205,13 +274,15 @@ class SinkSidecar:
                     if not deadline:
                         deadline = now + self.publish_timeout
                     elif now > deadline:
+                        self._rows += sent
                         return sent, f"subscribers did not keep up for {self.publish_timeout} s"
                     self._waits += 1
                     await anyio.sleep(0.002)
                 except zmq.ZMQError as exc:
+                    self._rows += sent
                     return sent, f"publish failed: {exc}"
             sent += 1
-            self._rows += 1
+        self._rows += sent
         return sent, None
 
     def statistics(self) -> SidecarStatistics:

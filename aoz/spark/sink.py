@@ -18,11 +18,11 @@ partitions over several sidecars, the first one carries commit notices), ``commi
 sidecar before failing).
 
 No Spark task joins the mesh. Each task streams Arrow record batches, encodes each row
-as a complete aoz publish frame (msgpack or JSON map of the row plus an envelope under
-``"_aoz"``: query id, batch id, partition, a random 63-bit task-attempt id, row index),
-and hands chunks of frames to the sidecar on its host (:mod:`aoz.spark.sidecar`), which
-forwards them without decoding. The sidecar acknowledges a chunk only once every frame
-is in its node's ZeroMQ queues, which never drop (``XPUB_NODROP``: a slow subscriber
+(a msgpack or JSON map of the row plus an envelope under ``"_aoz"``: query id, batch id,
+partition, a random 63-bit task-attempt id, row index; one ``map`` over the batch's
+columns, no per-row Python), and hands chunks of rows to the sidecar on its host
+(:mod:`aoz.spark.sidecar`), which frames and publishes them without decoding. The
+sidecar acknowledges a chunk only once every frame is in its node's ZeroMQ queues, which never drop (``XPUB_NODROP``: a slow subscriber
 makes the sidecar wait, and the task stops after ``window`` unacknowledged chunks); a
 task whose acknowledgements do not add up to the rows it sent within ``timeout`` fails,
 so Spark retries it. Before any task starts, the driver probes its sidecar and fails the
@@ -85,8 +85,6 @@ from pyspark.sql.datasource import (
 
 from ..errors import AozError, ConfigError, TransportError, WaitTimeout
 from ..protocol.codecs import Codec
-from ..protocol.frames import publish_header
-from ..protocol.subjects import subject_bytes
 from .delivery import (
     ENVELOPE_KEY,
     CommitNotice,
@@ -102,6 +100,7 @@ from .sidecar import (
     PUBLISH,
     SidecarStatistics,
     SinkSidecar,
+    encode_chunk,
     probe_sidecar,
     sink_sidecar,
 )
@@ -162,14 +161,15 @@ class _SidecarClient:
                 exc
             )
 
-    def send(self, frames: list[bytes]) -> None:
-        """Hand ``frames`` over; blocks while ``window`` chunks are unacknowledged."""
-        if not frames:
+    def send(self, chunk: list[bytes], rows: int) -> None:
+        """Hand a chunk (:func:`~aoz.spark.sidecar.encode_chunk`) of ``rows`` rows over;
+        blocks while ``window`` chunks are unacknowledged."""
+        if not rows:
             return
         self._seq += 1
-        self._inflight[self._seq] = len(frames)
+        self._inflight[self._seq] = rows
         try:
-            self._sock.send_multipart([PUBLISH, _U64.pack(self._seq), *frames])
+            self._sock.send_multipart([PUBLISH, _U64.pack(self._seq), *chunk], copy=False)
         except zmq.Again:
             raise self._timeout("took no rows") from None
         while len(self._inflight) >= self.window:
@@ -250,8 +250,9 @@ class _Options:
         return _MSGPACK.encode(value) if self.codec is Codec.MSGPACK else _JSON.encode(value)
 
 
-class _FrameEncoder:
-    """Arrow record batches -> complete aoz publish frames, one per row."""
+class _RowEncoder:
+    """Arrow record batches -> sidecar chunks: each row's body (codec byte excluded: the
+    sidecar adds it with the subject's header) and its subject's number."""
 
     def __init__(self, opts: _Options, env: tuple[str, int, int, int]) -> None:
         self.opts = opts
@@ -260,33 +261,27 @@ class _FrameEncoder:
         rename = {f"c{i}": name for i, name in enumerate(opts.columns)} | {"aoz_": ENVELOPE_KEY}
         self.row_type = msgspec.defstruct("AozRow", fields, rename=rename)
         self.encoder = _MSGPACK if opts.codec is Codec.MSGPACK else _JSON
-        self.tail = bytes([int(opts.codec)])
-        self.headers: dict[object, bytes] = {}
-        if opts.subject:
-            self.fixed = publish_header(subject_bytes(opts.subject)) + self.tail
         self.rows = 0
 
-    def _header(self, value: object) -> bytes:
-        h = self.headers.get(value)
-        if h is None:
-            subject = f"{self.opts.subject_prefix}{value}"
-            h = self.headers[value] = publish_header(subject_bytes(subject)) + self.tail
-        return h
-
-    def frames(self, batch: Any) -> list[bytes]:
+    def chunk(self, batch: Any) -> tuple[list[bytes], int]:
+        """The chunk parts for ``batch`` and its row count."""
         n = batch.num_rows
-        if n == 0:
-            return []
         q, b, p, t = self.env
         cols = [batch.column(name).to_pylist() for name in self.opts.columns]
         envs = zip(repeat(q), repeat(b), repeat(p), repeat(t), range(self.rows, self.rows + n))
-        bodies = map(self.encoder.encode, map(self.row_type, *cols, envs))
+        bodies = list(map(self.encoder.encode, map(self.row_type, *cols, envs)))
         self.rows += n
         if self.opts.subject_column:
-            heads = map(self._header, batch.column(self.opts.subject_column).to_pylist())
-            return [h + body for h, body in zip(heads, bodies, strict=True)]
-        fixed = self.fixed
-        return [fixed + body for body in bodies]
+            values = batch.column(self.opts.subject_column).to_pylist()
+            numbers: dict[object, int] = {}
+            index = [numbers.setdefault(v, len(numbers)) for v in values]
+            prefix = self.opts.subject_prefix
+            subjects = [f"{prefix}{v}" for v in numbers]
+        else:
+            subjects, index = [self.opts.subject or ""], [0] * n
+        if len(subjects) > 65_535:
+            raise ConfigError("aoz sink: at most 65535 subjects per chunk; lower chunk_rows")
+        return encode_chunk(int(self.opts.codec), subjects, index, bodies), n
 
 
 @dataclass
@@ -306,13 +301,13 @@ def _write_batches(
     ctx = TaskContext.get()
     partition = ctx.partitionId() if ctx else 0
     task = secrets.randbits(63)
-    encoder = _FrameEncoder(opts, (query_id, batch_id, partition, task))
+    encoder = _RowEncoder(opts, (query_id, batch_id, partition, task))
     endpoint = opts.sidecars[partition % len(opts.sidecars)]
     client = _SidecarClient(endpoint, opts.timeout, opts.window)
     try:
         for batch in batches:
             for start in range(0, batch.num_rows, opts.chunk_rows):
-                client.send(encoder.frames(batch.slice(start, opts.chunk_rows)))
+                client.send(*encoder.chunk(batch.slice(start, opts.chunk_rows)))
         acked = client.finish()
     finally:
         client.close()
@@ -360,8 +355,8 @@ def _announce(
             return
     client = _SidecarClient(opts.sidecar, timeout)
     try:
-        header = publish_header(subject_bytes(opts.commit_subject))
-        client.send([header + bytes([int(opts.codec)]) + opts.encode(notice)])
+        chunk = encode_chunk(int(opts.codec), [opts.commit_subject], [0], [opts.encode(notice)])
+        client.send(chunk, 1)
         client.finish()
     finally:
         client.close()

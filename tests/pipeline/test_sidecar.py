@@ -18,9 +18,8 @@ import zmq
 import zmq.asyncio
 
 from aoz.errors import TransportError, WaitTimeout
-from aoz.protocol.frames import publish_header
 from aoz.record import Recorder
-from aoz.spark.sidecar import SinkSidecar, probe_sidecar
+from aoz.spark.sidecar import SinkSidecar, encode_chunk, probe_sidecar
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,10 +33,10 @@ def client(endpoint: str, timeout: float = 10.0, window: int = 4) -> Any:
 
 def send_all(endpoint: str, chunks: int, rows: int, size: int) -> int:
     c = client(endpoint)
-    head = publish_header(b"X.A") + b"\x00"
     try:
         for k in range(chunks):
-            c.send([head + k.to_bytes(4, "big") + bytes(size) for _ in range(rows)])
+            bodies = [k.to_bytes(4, "big") + bytes(size) for _ in range(rows)]
+            c.send(encode_chunk(0, ["X.A"], [0] * rows, bodies), rows)
         return int(c.finish())
     finally:
         c.close()
@@ -112,12 +111,22 @@ async def test_probe_malformed_input_and_a_missing_sidecar(aoz_node_factory):
         bad.connect(sidecar.endpoint)
         await bad.send_multipart([b"?"])  # too short
         await bad.send_multipart([b"Z", b"12345678", b"x"])  # unknown kind
-        await bad.send_multipart([b"P", b"12345678", b"_INBOX.x\x00\x01\x00"])  # not ours
+        inbox = encode_chunk(0, ["_INBOX.x"], [0], [b"x"])  # a reserved subject
+        await bad.send_multipart([b"P", b"12345678", *inbox])
         reply = await bad.recv_multipart()
+        assert reply[0] == b"N" and b"reserved" in reply[-1]
+        lying = encode_chunk(0, ["A"], [1], [b"x"])  # a row names subject #1 of 1
+        await bad.send_multipart([b"P", b"12345679", *lying])
+        reply = await bad.recv_multipart()
+        assert reply[0] == b"N" and b"does not have" in reply[-1]
+        short = encode_chunk(0, ["A"], [0, 0], [b"x", b"y"])
+        short[2] = short[2][:-4]  # offsets for one row fewer
+        await bad.send_multipart([b"P", b"12345680", *short])
+        reply = await bad.recv_multipart()
+        assert reply[0] == b"N" and b"offsets" in reply[-1]
         bad.close()
-        assert reply[0] == b"N" and b"not an aoz publish frame" in reply[-1]
         stats = await anyio.to_thread.run_sync(probe_sidecar, sidecar.endpoint, 5.0)
-        assert stats.malformed == 3 and stats.node_uuid == node.uuid and stats.rows == 0
+        assert stats.malformed == 5 and stats.node_uuid == node.uuid and stats.rows == 0
         endpoint = sidecar.endpoint
     with pytest.raises(WaitTimeout, match="aoz sidecar --bind"):
         await anyio.to_thread.run_sync(probe_sidecar, endpoint, 0.3)
