@@ -22,12 +22,13 @@ No Spark task joins the mesh. Each task streams Arrow record batches, encodes ea
 partition, a random 63-bit task-attempt id, row index; one ``map`` over the batch's
 columns, no per-row Python), and hands chunks of rows to the sidecar on its host
 (:mod:`aoz.spark.sidecar`), which frames and publishes them without decoding. The
-sidecar acknowledges a chunk only once every frame is in its node's ZeroMQ queues, which never drop (``XPUB_NODROP``: a slow subscriber
-makes the sidecar wait, and the task stops after ``window`` unacknowledged chunks); a
-task whose acknowledgements do not add up to the rows it sent within ``timeout`` fails,
-so Spark retries it. Before any task starts, the driver probes its sidecar and fails the
-write within ``timeout`` when none answers; ``abort`` probes for at most one second and
-does not wait again. When every task succeeded, the driver publishes a
+sidecar acknowledges a chunk only once every frame is in its node's ZeroMQ queues,
+which never drop (``XPUB_NODROP``: a slow subscriber makes the sidecar wait, and the
+task stops after ``window`` unacknowledged chunks); a task whose acknowledgements do
+not add up to the rows it sent within ``timeout`` fails, so Spark retries it. Before a
+write (and before each streaming commit) the driver probes its sidecar and fails within
+``timeout`` when none answers; ``abort`` probes for at most one second and does not
+wait again. When every task succeeded, the driver publishes a
 :class:`~aoz.spark.delivery.CommitNotice` on the commit subject through its sidecar,
 naming for each partition the committed attempt id and its acknowledged row count; a
 failed batch gets an ``abort`` notice; both carry the query id (from the tasks, or the

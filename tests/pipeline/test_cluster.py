@@ -107,85 +107,90 @@ async def test_exactly_once_on_a_standalone_cluster(cluster, tmp_path, aoz_node_
     b = await aoz_node_factory()
     consumer = await aoz_node_factory()
     col = Collector()
-    side_b = await reopen(b, "tcp://127.0.0.1:*")
-    async with (
-        SinkSidecar(a) as side_a,
-        consumer.subscribe("CL.>", queue_size=100_000) as sub,
-        anyio.create_task_group() as tg,
-    ):  # fmt: skip
-        await a.wait_for_interest("CL.S0", timeout=10)
-        await b.wait_for_interest("CL.S0", timeout=10)
-        tg.start_soon(col.run, sub)
-        sidecars = f"{side_a.endpoint},{side_b.endpoint}"
+    sidecars_b = [await reopen(b, "tcp://127.0.0.1:*")]
+    try:
+        async with (
+            SinkSidecar(a) as side_a,
+            consumer.subscribe("CL.>", queue_size=100_000) as sub,
+            anyio.create_task_group() as tg,
+        ):  # fmt: skip
+            await a.wait_for_interest("CL.S0", timeout=10)
+            await b.wait_for_interest("CL.S0", timeout=10)
+            tg.start_soon(col.run, sub)
+            sidecars = f"{side_a.endpoint},{sidecars_b[-1].endpoint}"
 
-        # 1. The executor's Python workers are killed while partition 0 is mid-batch
-        #    (after the shuffle); Spark retries the task.
-        result: list[subprocess.CompletedProcess[str]] = []
+            # 1. The executor's Python workers are killed while partition 0 is mid-batch
+            #    (after the shuffle); Spark retries the task.
+            result: list[subprocess.CompletedProcess[str]] = []
 
-        async def drive(*extra: str) -> None:
-            result.append(await anyio.to_thread.run_sync(
-                run_driver, env, url, str(source), str(checkpoint), sidecars,
-                "--slow-marker", str(marker), *extra,
-            ))  # fmt: skip
+            async def drive(*extra: str) -> None:
+                result.append(await anyio.to_thread.run_sync(
+                    run_driver, env, url, str(source), str(checkpoint), sidecars,
+                    "--slow-marker", str(marker), *extra,
+                ))  # fmt: skip
 
-        async with anyio.create_task_group() as driver:
-            driver.start_soon(drive)
-            await col.wait(lambda: sum(r["_aoz"][2] == 0 for r in col.raw) >= 300, timeout=90)
-            assert marker.exists()  # the slowed-down attempt 0 is the one running
-            killed = kill_executor_python_workers()
-            assert killed > 0
-        done = result[0]
-        assert done.returncode == 0, done.stderr[-3000:]
-        await col.wait(lambda: col.dedup.statistics().released_batches == 1)
-        notice = col.notices[-1]
-        assert notice.status == "commit" and notice.rows == ROWS and len(notice.parts) == 2
-        assert sorted(r["n"] for r in col.delivered) == list(range(ROWS))
-        committed = {(p, t) for p, t, _ in notice.parts}
-        uncommitted = [r for r in col.raw if tuple(r["_aoz"][2:4]) not in committed]
-        assert len(uncommitted) > 0, marker.read_text()
-        stats = col.dedup.statistics()
-        assert stats.discarded == len(uncommitted)
-        assert stats.received == len(col.raw) == ROWS + len(uncommitted)
-        assert stats.duplicates == 0 and stats.pending == 0
-        assert side_a.statistics().rows > 0 and side_b.statistics().rows > 0  # both carried
+            async with anyio.create_task_group() as driver:
+                driver.start_soon(drive)
+                await col.wait(lambda: sum(r["_aoz"][2] == 0 for r in col.raw) >= 300, timeout=90)
+                assert marker.exists()  # the slowed-down attempt 0 is the one running
+                killed = kill_executor_python_workers()
+                assert killed > 0
+            done = result[0]
+            assert done.returncode == 0, done.stderr[-3000:]
+            await col.wait(lambda: col.dedup.statistics().released_batches == 1)
+            notice = col.notices[-1]
+            assert notice.status == "commit" and notice.rows == ROWS and len(notice.parts) == 2
+            assert sorted(r["n"] for r in col.delivered) == list(range(ROWS))
+            committed = {(p, t) for p, t, _ in notice.parts}
+            uncommitted = [r for r in col.raw if tuple(r["_aoz"][2:4]) not in committed]
+            assert len(uncommitted) > 0, marker.read_text()
+            stats = col.dedup.statistics()
+            assert stats.discarded == len(uncommitted)
+            assert stats.received == len(col.raw) == ROWS + len(uncommitted)
+            assert stats.duplicates == 0 and stats.pending == 0
+            assert (
+                side_a.statistics().rows > 0 and sidecars_b[0].statistics().rows > 0
+            )  # both carried
 
-        # 2. The driver "restarts" before recording the commit: batch 0 is replayed with
-        #    new attempts and a second notice; nothing of it is delivered twice. New data
-        #    makes batch 1, whose partition 1 loses its sidecar mid-batch (closed with the
-        #    chunks it held, restarted on the same port): the task misses acknowledgements,
-        #    fails after `timeout`, and its retry goes through the new sidecar.
-        (checkpoint / "commits" / "0").unlink()
-        for crc in (checkpoint / "commits").glob(".0.crc"):
-            crc.unlink()
-        marker.unlink()
-        write_source(source, ROWS, ROWS)
-        first_run = len(col.raw)
-        result.clear()
-        async with anyio.create_task_group() as driver:
-            driver.start_soon(drive, "--slow-partition", "1", "--slow-batch", "1")
-            await col.wait(
-                lambda: sum(r["_aoz"][1:3] == [1, 1] for r in col.raw) >= 300, timeout=90
-            )
-            assert marker.exists()
-            await side_b.aclose()  # the sidecar dies with what it held
-            side_b = await reopen(b, side_b.endpoint)
-        done = result[0]
-        assert done.returncode == 0, done.stderr[-3000:]
-        await col.wait(lambda: col.dedup.statistics().released_batches == 2)
-        replayed = col.notices[1]
-        assert (replayed.query_id, replayed.batch_id) == (notice.query_id, 0)
-        assert sorted(r["n"] for r in col.delivered) == list(range(2 * ROWS))  # once each
-        stats = col.dedup.statistics()
-        batch1 = next(n for n in col.notices if n.batch_id == 1 and n.status == "commit")
-        committed1 = {(p, t) for p, t, _ in batch1.parts}
-        lost_attempt = [
-            r for r in col.raw[first_run:]
-            if r["_aoz"][1] == 1 and tuple(r["_aoz"][2:4]) not in committed1
-        ]  # fmt: skip
-        assert len(lost_attempt) >= 300  # the attempt that lost its sidecar
-        assert stats.duplicates == ROWS  # the replayed batch 0, rows received and dropped
-        assert stats.discarded == len(uncommitted) + len(lost_attempt)
-        assert stats.received == len(col.raw) == 3 * ROWS + stats.discarded
-        assert stats.delivered == 2 * ROWS and stats.pending == 0 and col.dedup.gaps() == []
-        tg.cancel_scope.cancel()
-    await side_b.aclose()
+            # 2. The driver "restarts" before recording the commit: batch 0 is replayed with
+            #    new attempts and a second notice; nothing of it is delivered twice. New data
+            #    makes batch 1, whose partition 1 loses its sidecar mid-batch (closed with the
+            #    chunks it held, restarted on the same port): the task misses acknowledgements,
+            #    fails after `timeout`, and its retry goes through the new sidecar.
+            (checkpoint / "commits" / "0").unlink()
+            for crc in (checkpoint / "commits").glob(".0.crc"):
+                crc.unlink()
+            marker.unlink()
+            write_source(source, ROWS, ROWS)
+            first_run = len(col.raw)
+            result.clear()
+            async with anyio.create_task_group() as driver:
+                driver.start_soon(drive, "--slow-partition", "1", "--slow-batch", "1")
+                await col.wait(
+                    lambda: sum(r["_aoz"][1:3] == [1, 1] for r in col.raw) >= 300, timeout=90
+                )
+                assert marker.exists()
+                await sidecars_b[-1].aclose()  # the sidecar dies with what it held
+                sidecars_b.append(await reopen(b, sidecars_b[-1].endpoint))
+            done = result[0]
+            assert done.returncode == 0, done.stderr[-3000:]
+            await col.wait(lambda: col.dedup.statistics().released_batches == 2)
+            replayed = col.notices[1]
+            assert (replayed.query_id, replayed.batch_id) == (notice.query_id, 0)
+            assert sorted(r["n"] for r in col.delivered) == list(range(2 * ROWS))  # once each
+            stats = col.dedup.statistics()
+            batch1 = next(n for n in col.notices if n.batch_id == 1 and n.status == "commit")
+            committed1 = {(p, t) for p, t, _ in batch1.parts}
+            lost_attempt = [
+                r for r in col.raw[first_run:]
+                if r["_aoz"][1] == 1 and tuple(r["_aoz"][2:4]) not in committed1
+            ]  # fmt: skip
+            assert len(lost_attempt) >= 300  # the attempt that lost its sidecar
+            assert stats.duplicates == ROWS  # the replayed batch 0, rows received and dropped
+            assert stats.discarded == len(uncommitted) + len(lost_attempt)
+            assert stats.received == len(col.raw) == 3 * ROWS + stats.discarded
+            assert stats.delivered == 2 * ROWS and stats.pending == 0 and col.dedup.gaps() == []
+            tg.cancel_scope.cancel()
+    finally:
+        for sidecar in sidecars_b:
+            await sidecar.aclose()
