@@ -34,6 +34,7 @@ from .errors import (
     SubjectError,
     TransportError,
     WaitTimeout,
+    WouldBlock,
 )
 from .message import Message
 from .node import Node, NodeStatistics, ReplyStream, connect
@@ -93,6 +94,7 @@ __all__ = [
     "SubscriptionStatistics",
     "TransportError",
     "WaitTimeout",
+    "WouldBlock",
     "__version__",
     "call",
     "connect",

@@ -2,10 +2,16 @@
 
 :class:`Mailbox` is the one queue type aoz uses between its receive task and user
 code: a deque with a hard limit, an overflow policy (``drop_newest`` keeps what is
-queued and discards the arrival; ``drop_oldest`` discards the head to make room),
-drop counters, and at most one waiter future. The producer never blocks and never
+queued and discards the arrival; ``drop_oldest`` discards the head to make room;
+``block`` tells the producer to stop, through ``on_full``, and to go on, through
+``on_room``, once the queue is half empty), drop counters, and a FIFO of waiting
+consumers. The producer never blocks and never
 awaits; a consumer that is cancelled while waiting loses nothing, because items
 only leave the deque when a consumer takes them.
+
+Several tasks may consume one mailbox at once (``async for`` in two tasks over the
+same subscription): each message goes to exactly one of them, in arrival order,
+like a queue shared by workers. Closing wakes every one of them.
 
 :class:`Subscription` is a mailbox of :class:`~aoz.message.Message` bound to a
 subject pattern; it is an async iterator and an async context manager.
@@ -14,6 +20,8 @@ subject pattern; it is an async iterator and an async context manager.
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Generic, TypeVar
@@ -29,6 +37,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Mailbox", "Subscription", "SubscriptionStatistics"]
 
+log = logging.getLogger("aoz.subscription")
+
+_WARN_EVERY = 5.0  # seconds between loss warnings of one subscription
+
 T = TypeVar("T")
 
 
@@ -37,7 +49,8 @@ class SubscriptionStatistics(msgspec.Struct, frozen=True, kw_only=True):
 
     pattern: str
     received: int  #: messages that matched and were offered to the queue
-    dropped: int  #: messages discarded by the overflow policy
+    dropped: int  #: messages discarded by the overflow policy (this queue was full)
+    lost: int  #: messages known missing upstream (sequence gaps: publisher HWM, cut links)
     pending: int  #: messages queued, not yet consumed
     queue_size: int
     overflow: Overflow
@@ -47,12 +60,16 @@ class Mailbox(Generic[T]):
     """A bounded single-consumer queue fed synchronously from the event loop."""
 
     __slots__ = (
+        "_block",
         "_closed",
         "_error",
+        "_held",
         "_limit",
         "_on_close",
+        "_on_full",
+        "_on_room",
         "_queue",
-        "_waiter",
+        "_waiters",
         "drop_oldest",
         "dropped",
         "overflow",
@@ -69,7 +86,11 @@ class Mailbox(Generic[T]):
         self._limit = limit
         self.overflow: Overflow = overflow
         self.drop_oldest = overflow == "drop_oldest"
-        self._waiter: asyncio.Future[None] | None = None
+        self._block = overflow == "block"
+        self._on_full: Callable[[], None] | None = None
+        self._on_room: Callable[[], None] | None = None
+        self._held = False  # told the producer to stop
+        self._waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
         self._error: BaseException | None = None
         self._on_close = on_close
@@ -82,21 +103,41 @@ class Mailbox(Generic[T]):
         q = self._queue
         if len(q) >= self._limit:
             self.dropped += 1
+            self._overflowed()
             if not self.drop_oldest:
                 return
             q.popleft()
         q.append(item)
-        w = self._waiter
-        if w is not None:
-            self._waiter = None
+        if self._block and len(q) >= self._limit and not self._held:
+            self._held = True
+            if self._on_full is not None:
+                self._on_full()
+        if self._waiters:
+            self._wake_one()
+
+    def _took(self) -> None:
+        """A consumer took items: a held producer may go on once the queue is half empty."""
+        if self._held and len(self._queue) <= self._limit // 2:
+            self._held = False
+            if self._on_room is not None:
+                self._on_room()
+
+    def _overflowed(self) -> None:
+        """Called on every drop; subclasses report it."""
+
+    def _wake_one(self) -> None:
+        waiters = self._waiters
+        while waiters:
+            w = waiters.popleft()
             if not w.done():
                 w.set_result(None)
+                return
 
-    def _wake(self) -> None:
-        w = self._waiter
-        self._waiter = None
-        if w is not None and not w.done():
-            w.set_result(None)
+    def _wake_all(self) -> None:
+        waiters, self._waiters = self._waiters, deque()
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
 
     def close(self, error: BaseException | None = None) -> None:
         """End iteration. With ``error``, consumers get that exception instead of the end."""
@@ -105,7 +146,11 @@ class Mailbox(Generic[T]):
         self._closed = True
         self._error = error
         self._queue.clear()
-        self._wake()
+        if self._held:  # a closed queue holds nobody back
+            self._held = False
+            if self._on_room is not None:
+                self._on_room()
+        self._wake_all()
         cb, self._on_close = self._on_close, None
         if cb is not None:
             cb()
@@ -121,12 +166,20 @@ class Mailbox(Generic[T]):
     # -- consumer side -----------------------------------------------------------------------
     async def _wait(self) -> None:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiter = fut
+        self._waiters.append(fut)
         try:
             await fut
-        finally:
-            if self._waiter is fut:
-                self._waiter = None
+        except BaseException:
+            # Woken and cancelled in the same turn: pass the wake-up on, so the item
+            # it announced does not sit in the queue while another consumer waits.
+            if fut.done() and not fut.cancelled() and self._queue:
+                self._wake_one()
+            else:
+                try:
+                    self._waiters.remove(fut)
+                except ValueError:
+                    pass
+            raise
 
     def _ended(self) -> BaseException:
         return self._error if self._error is not None else StopAsyncIteration()
@@ -134,7 +187,10 @@ class Mailbox(Generic[T]):
     async def _get(self) -> T:
         while True:
             if self._queue:
-                return self._queue.popleft()
+                item = self._queue.popleft()
+                if self._held:
+                    self._took()
+                return item
             if self._closed:
                 raise self._ended()
             await self._wait()
@@ -149,12 +205,20 @@ class Mailbox(Generic[T]):
         if n == len(q):
             out = list(q)
             q.clear()
-            return out
-        return [q.popleft() for _ in range(n)]
+        else:
+            out = [q.popleft() for _ in range(n)]
+        if self._held:
+            self._took()
+        return out
 
     def get_nowait(self) -> T | None:
         """The next item if one is queued, else ``None`` (never waits)."""
-        return self._queue.popleft() if self._queue else None
+        if not self._queue:
+            return None
+        item = self._queue.popleft()
+        if self._held:
+            self._took()
+        return item
 
 
 class Subscription(Mailbox["Message"]):
@@ -173,7 +237,7 @@ class Subscription(Mailbox["Message"]):
     overflow policy drops messages and counts them (:meth:`statistics`).
     """
 
-    __slots__ = ("pattern",)
+    __slots__ = ("_warned_at", "lost", "pattern")
 
     def __init__(
         self,
@@ -184,6 +248,27 @@ class Subscription(Mailbox["Message"]):
     ) -> None:
         super().__init__(limit, overflow, on_close)
         self.pattern = pattern
+        self.lost = 0
+        self._warned_at = -_WARN_EVERY
+
+    def _overflowed(self) -> None:
+        self._warn()
+
+    def upstream_loss(self, n: int) -> None:
+        """``n`` messages for this subscription were lost before they reached the node."""
+        self.lost += n
+        self._warn()
+
+    def _warn(self) -> None:
+        now = time.monotonic()
+        if now - self._warned_at >= _WARN_EVERY:
+            self._warned_at = now
+            log.warning(
+                "subscription %r is losing messages: %d dropped (its queue of %d was full), "
+                "%d lost upstream so far; consume faster, raise queue_size, or use "
+                "send_policy='block' on the publisher", self.pattern.text, self.dropped,
+                self._limit, self.lost,
+            )
 
     def __aiter__(self) -> Subscription:
         return self
@@ -191,7 +276,10 @@ class Subscription(Mailbox["Message"]):
     async def __anext__(self) -> Message:
         # Fast path without a coroutine frame per message when something is queued.
         if self._queue:
-            return self._queue.popleft()
+            item = self._queue.popleft()
+            if self._held:
+                self._took()
+            return item
         return await self._get()
 
     async def next(self, timeout: float | None = None) -> Message:
@@ -224,6 +312,7 @@ class Subscription(Mailbox["Message"]):
             pattern=self.pattern.text,
             received=self.received,
             dropped=self.dropped,
+            lost=self.lost,
             pending=len(self._queue),
             queue_size=self._limit,
             overflow=self.overflow,

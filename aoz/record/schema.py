@@ -2,20 +2,26 @@
 
 One row per message. Fixed columns, always present:
 
-==============  ==============================  =========================================
-column          Arrow type                      filled from
-==============  ==============================  =========================================
-``subject``     string                          the message's subject
-``sender``      string, nullable                decoded field ``sender``
-``sequence``    int64, nullable                 decoded field ``sequence`` or ``seq``
-``send_ts``     timestamp[us, UTC], nullable    decoded field ``send_ts``, ``ts`` or ``sent_at``
-``receive_ts``  timestamp[us, UTC]              ``msg.received_at`` (the recorder's clock)
-``codec``       int64                           the payload's codec id (-1 for foreign payloads)
-``payload``     binary                          the payload as on the wire, codec byte included
-==============  ==============================  =========================================
+===================  ============================  ================================================
+column               Arrow type                    filled from
+===================  ============================  ================================================
+``subject``          string                        the message's subject
+``sender``           string, nullable              decoded field ``sender``
+``sequence``         int64, nullable               decoded field ``sequence`` or ``seq``
+``send_ts``          timestamp[us, UTC], nullable  decoded field ``send_ts``, ``ts`` or ``sent_at``
+``receive_ts``       timestamp[us, UTC]            ``msg.received_at`` (the recorder's clock)
+``publisher``        string, nullable              aoz's sequence header: publisher id (16 hex)
+``publisher_seq``    int64, nullable               aoz's sequence header: number on the subject
+``codec``            int64                         the payload's codec id (-1 for foreign payloads)
+``payload``          binary                        the codec byte and the body (no sequence header)
+===================  ============================  ================================================
 
-aoz's wire frame carries no sender, sequence number or send time, so the recorder takes
-them from the payload when it is a msgpack/JSON map that has them (the demo feed's
+An aoz publisher's payloads carry its publisher id and a per-subject sequence number
+(:mod:`aoz.protocol.sequence`): they fill ``publisher`` and ``publisher_seq``, so a gap in
+``publisher_seq`` within one (``subject``, ``publisher``) is a message the recording
+lacks (null for OZ programs' payloads). ``sender``, ``sequence`` and the send time are the
+application's own: the recorder takes them from the payload when it is a msgpack/JSON
+map that has them (the demo feed's
 ``Quote``/``Trade`` of ``examples/marketdata`` carry ``sender``, ``seq`` and
 ``ts``) and leaves them null otherwise. Numeric send times are read as seconds since the
 epoch (values above 1e11 as milliseconds, 1e14 microseconds, 1e17 nanoseconds); a msgpack
@@ -39,6 +45,9 @@ from operator import attrgetter
 from typing import Any, Final, Literal
 
 import msgspec
+
+from ..protocol.sequence import FLAG, HEADER_LEN
+from ..protocol.sequence import PACK as SEQ_PACK
 
 __all__ = [
     "FIXED_COLUMNS",
@@ -66,6 +75,8 @@ FIXED_COLUMNS: Final = (
     Column("sequence", "int"),
     Column("send_ts", "timestamp"),
     Column("receive_ts", "timestamp"),
+    Column("publisher", "string"),
+    Column("publisher_seq", "int"),
     Column("codec", "int"),
     Column("payload", "bytes"),
 )
@@ -268,6 +279,7 @@ class _Decoded:
 
 
 _DECODERS: dict[tuple[Column, ...], _Decoded] = {}
+_BYTES: Final = [bytes((i,)) for i in range(256)]
 
 
 def _decoder(decoded: tuple[Column, ...]) -> _Decoded:
@@ -348,17 +360,46 @@ def build_tables(
         return {}, 0
     subjects, received, payloads = (list(c) for c in zip(*rows, strict=True))
     dec = _decoder(decoded)
-    codecs = [p[0] if p else 0 for p in payloads]
+    # aoz's sequence header (see above): flagged codec byte, publisher id, sequence
+    firsts = [p[0] if p else 0 for p in payloads]
+    starts = [
+        HEADER_LEN if f & FLAG and f & ~FLAG <= 3 and len(p) >= HEADER_LEN else 1
+        for f, p in zip(firsts, payloads, strict=True)
+    ]
+    sequenced = len(starts) - starts.count(1)
+    if sequenced:
+        codecs = [f & ~FLAG if s > 1 else f for f, s in zip(firsts, starts, strict=True)]
+        bodies = [p[s:] for p, s in zip(payloads, starts, strict=True)]
+        heads = [
+            SEQ_PACK.unpack_from(p, 1) if s > 1 else (None, None)
+            for p, s in zip(payloads, starts, strict=True)
+        ]
+        pub_ids, pub_seqs = (list(c) for c in zip(*heads, strict=True))
+        hexes: dict[int | None, str | None] = {
+            i: f"{i:016x}" for i in set(pub_ids) if i is not None
+        }
+        hexes[None] = None
+        publisher = pa.array(list(map(hexes.__getitem__, pub_ids)), type=pa.string())
+        publisher_seq = pa.array(pub_seqs, type=pa.int64())
+        # the payload column keeps the codec byte and the body, not the sequence header
+        payloads = [
+            _BYTES[c] + b if s > 1 else p
+            for c, b, s, p in zip(codecs, bodies, starts, payloads, strict=True)
+        ]
+    else:
+        codecs = firsts
+        bodies = [p[1:] for p in payloads]
+        publisher = pa.nulls(len(rows), type=pa.string())
+        publisher_seq = pa.nulls(len(rows), type=pa.int64())
     errors = 0
-    n_msgpack = codecs.count(1)
-    if n_msgpack == len(rows):  # the common case: one feed, one codec
-        fields, errors = dec.decode(1, [p[1:] for p in payloads])
+    if codecs.count(1) == len(rows):  # the common case: one feed, one codec
+        fields, errors = dec.decode(1, bodies)
     else:
         fields = [dec.empty] * len(rows)
         for codec in (1, 2):
             idx = [i for i, c in enumerate(codecs) if c == codec]
             if idx:
-                values, bad = dec.decode(codec, [payloads[i][1:] for i in idx])
+                values, bad = dec.decode(codec, [bodies[i] for i in idx])
                 errors += bad
                 for i, v in zip(idx, values, strict=True):
                     fields[i] = v
@@ -386,6 +427,8 @@ def build_tables(
         "receive_ts": pc.cast(pc.round(pc.multiply(recv, 1e6)), pa.int64()).cast(
             pa.timestamp("us", tz="UTC")
         ),
+        "publisher": publisher,
+        "publisher_seq": publisher_seq,
         "codec": pa.array(codecs if max(codecs) <= 3 else [c if c <= 3 else -1 for c in codecs],
                           type=pa.int64()),
         "payload": pa.array(payloads, type=pa.binary()),

@@ -24,9 +24,10 @@ Wire (ZeroMQ multipart, task DEALER -> sidecar ROUTER):
   first ``n`` got there within ``publish_timeout`` (the task then fails; Spark retries).
 * ``[b"H", token]``: health probe; reply ``[b"H", token, msgpack SidecarStatistics]``.
 
-No silent loss: the sidecar turns on ``XPUB_NODROP`` on its node's data socket, so a
-subscriber that falls ``send_hwm`` frames behind makes the send fail instead of
-dropping frames; the sidecar then waits (back-pressure on the tasks, which stop after a
+No silent loss: the sidecar's node must use ``send_policy="block"`` (``XPUB_NODROP``;
+:func:`run_sidecar` and :func:`sink_sidecar` set it), so a subscriber that falls
+``send_hwm`` frames behind makes the send fail instead of dropping frames; the sidecar
+then waits (back-pressure on the tasks, which stop after a
 window of unacknowledged chunks) and acknowledges only what ZeroMQ accepted. ZeroMQ
 delivers what it accepted unless the subscriber's connection goes away.
 """
@@ -162,10 +163,15 @@ def decode_chunk(parts: list[bytes], headers: dict[str, bytes]) -> list[bytes]:
 
 
 def _data_socket(node: Node) -> zmq.Socket[bytes]:
-    # The node's XPUB data socket. The sidecar needs it raw: it forwards frames the
-    # tasks built, and it turns on XPUB_NODROP for back-pressure.
-    sock = getattr(node, "_pub", None)
-    if sock is None:
+    # The node's XPUB data socket, from its data plane: the sidecar sends the frames it
+    # built on it directly (one C call per row; the plane's send adds a Python layer).
+    if node.settings.send_policy != "block":
+        raise ConfigError(
+            "the sink sidecar needs a lossless node: aoz.connect(send_policy='block', ...)"
+        )
+    plane = getattr(node, "_plane", None)
+    sock = getattr(plane, "_pub", None) if plane is not None else getattr(node, "_pub", None)
+    if sock is None or sock.closed:
         raise TransportError("the sidecar's node is not started; use `async with aoz.connect()`")
     return sock  # type: ignore[no-any-return]
 
@@ -173,14 +179,14 @@ def _data_socket(node: Node) -> zmq.Socket[bytes]:
 class SinkSidecar:
     """Publishes rows handed over by Spark tasks on ``node``. An async context manager.
 
-    >>> async with aoz.connect() as node, SinkSidecar(node) as sidecar:   # doctest: +SKIP
-    ...     df.write.format("aoz").option("sidecar", sidecar.endpoint)...
+    >>> async with aoz.connect(send_policy="block") as node:  # doctest: +SKIP
+    ...     async with SinkSidecar(node) as sidecar:
+    ...         df.write.format("aoz").option("sidecar", sidecar.endpoint)...
 
     ``bind`` defaults to an ephemeral loopback port (fine for ``local[N]``; on a cluster
-    use the same fixed port on every host). The node's publishing becomes lossless
-    (``XPUB_NODROP``): its ``publish`` raises :class:`aoz.TransportError` rather than
-    drop when a subscriber is ``send_hwm`` frames behind. Opening and closing may happen
-    in different tasks.
+    use the same fixed port on every host). ``node`` must be lossless,
+    ``aoz.connect(send_policy="block")``, or :class:`aoz.ConfigError` is raised. Opening
+    and closing may happen in different tasks.
     """
 
     def __init__(
@@ -208,7 +214,6 @@ class SinkSidecar:
     async def start(self) -> None:
         """Bind and start serving (returns once the socket is bound)."""
         pub = _data_socket(self.node)
-        pub.setsockopt(zmq.XPUB_NODROP, 1)
         ctx = zmq.asyncio.Context()
         sock = ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
@@ -356,6 +361,7 @@ def sink_sidecar(bind: str = "tcp://127.0.0.1:*", **settings: Any) -> Iterator[S
 
     from ..node import connect
 
+    settings.setdefault("send_policy", "block")
     with (
         start_blocking_portal() as portal,
         portal.wrap_async_context_manager(connect(**settings)) as node,
@@ -373,14 +379,16 @@ async def run_sidecar(
 ) -> SidecarStatistics:
     """Run a sidecar until SIGINT/SIGTERM (what ``aoz sidecar`` runs); return its counters.
 
-    Joins the mesh with ``aoz.connect(**settings)``, binds ``address`` (where tasks hand
-    rows over; ``settings`` may have a ``bind`` of their own, for static mode), then prints the
-    readiness line ``aoz sidecar ready on <endpoint> (node <uuid>)`` to stdout (or calls
-    ``on_ready``). A signal stops it cleanly: the current chunk is finished or nacked,
-    the node leaves the mesh.
+    Joins the mesh with ``aoz.connect(send_policy="block", **settings)``, binds
+    ``address`` (where tasks hand rows over; ``settings`` may have a ``bind`` of their
+    own, for static mode), then prints the readiness line
+    ``aoz sidecar ready on <endpoint> (node <uuid>)`` to stdout (or calls ``on_ready``).
+    A signal stops it cleanly: the current chunk is finished or nacked, the node leaves
+    the mesh.
     """
     from ..node import connect
 
+    settings.setdefault("send_policy", "block")
     async with connect(**settings) as node:
         sidecar = SinkSidecar(node, address, publish_timeout=publish_timeout)
         await sidecar.start()

@@ -426,7 +426,9 @@ async def _run(args: argparse.Namespace) -> int:
         naming = [nsd.endpoint]
         feed = await stack.enter_async_context(connect(program="feed", naming=naming))
         services = await stack.enter_async_context(connect(program="services", naming=naming))
-        pipeline = await stack.enter_async_context(connect(program="pipeline", naming=naming))
+        pipeline = await stack.enter_async_context(
+            connect(program="pipeline", naming=naming, send_policy="block")
+        )
         screen = await stack.enter_async_context(connect(program="dashboard", naming=naming))
 
         rec = await stack.enter_async_context(

@@ -103,8 +103,8 @@ async def test_exactly_once_on_a_standalone_cluster(cluster, tmp_path, aoz_node_
     url, env = cluster
     source, checkpoint, marker = tmp_path / "src", tmp_path / "ck", tmp_path / "killed"
     write_source(source, 0, ROWS)
-    a = await aoz_node_factory()
-    b = await aoz_node_factory()
+    a = await aoz_node_factory(send_policy="block")
+    b = await aoz_node_factory(send_policy="block")
     consumer = await aoz_node_factory()
     col = Collector()
     sidecars_b = [await reopen(b, "tcp://127.0.0.1:*")]

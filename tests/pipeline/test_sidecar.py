@@ -54,7 +54,7 @@ async def slow_subscriber(endpoint: str) -> zmq.asyncio.Socket:
 
 
 async def test_a_slow_subscriber_gets_every_row_through_back_pressure(aoz_node_factory):
-    node = await aoz_node_factory(bind=["tcp://127.0.0.1:*"], send_hwm=50)
+    node = await aoz_node_factory(bind=["tcp://127.0.0.1:*"], send_hwm=50, send_policy="block")
     sub = await slow_subscriber(node.endpoint)
     chunks, rows = 20, 500
     try:
@@ -89,7 +89,7 @@ async def test_a_slow_subscriber_gets_every_row_through_back_pressure(aoz_node_f
 async def test_rows_the_sidecar_cannot_publish_in_time_are_refused_not_dropped(
     aoz_node_factory,
 ):
-    node = await aoz_node_factory(bind=["tcp://127.0.0.1:*"], send_hwm=50)
+    node = await aoz_node_factory(bind=["tcp://127.0.0.1:*"], send_hwm=50, send_policy="block")
     sub = await slow_subscriber(node.endpoint)  # never reads
     try:
         async with SinkSidecar(node, publish_timeout=0.3) as sidecar:
@@ -103,7 +103,7 @@ async def test_rows_the_sidecar_cannot_publish_in_time_are_refused_not_dropped(
 
 
 async def test_probe_malformed_input_and_a_missing_sidecar(aoz_node_factory):
-    node = await aoz_node_factory(bind=["tcp://127.0.0.1:*"])
+    node = await aoz_node_factory(bind=["tcp://127.0.0.1:*"], send_policy="block")
     async with SinkSidecar(node) as sidecar:
         ctx = zmq.asyncio.Context.instance()
         bad = ctx.socket(zmq.DEALER)
@@ -135,7 +135,7 @@ async def test_probe_malformed_input_and_a_missing_sidecar(aoz_node_factory):
 async def test_sidecar_and_recorder_open_in_one_task_and_close_in_another(
     aoz_node_factory, tmp_path
 ):
-    node = await aoz_node_factory(bind=["tcp://127.0.0.1:*"])
+    node = await aoz_node_factory(bind=["tcp://127.0.0.1:*"], send_policy="block")
     opened: list[Any] = []
 
     async def open_them() -> None:

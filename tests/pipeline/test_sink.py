@@ -62,7 +62,7 @@ async def test_sink_delivers_every_row_and_a_replayed_batch_is_dropped(
         (r["symbol"], r["start"].astimezone(dt.UTC)): r["volume"]
         for r in jobs.ohlcv_bars(jobs.trades(spark.read.parquet(str(recording)))).collect()
     }
-    publisher = await aoz_node_factory()
+    publisher = await aoz_node_factory(send_policy="block")
     consumer = await aoz_node_factory()
     checkpoint = tmp_path / "ck"
     dedup: Deduplicator[Any] = Deduplicator()
@@ -110,7 +110,7 @@ async def test_sink_delivers_every_row_and_a_replayed_batch_is_dropped(
 
 async def test_batch_write_with_json_codec(spark, tmp_path, aoz_node_factory):
     """`df.write.format("aoz")` (not streaming): one query id, batch 0, a commit notice."""
-    publisher = await aoz_node_factory()
+    publisher = await aoz_node_factory(send_policy="block")
     consumer = await aoz_node_factory()
     df = spark.createDataFrame([(f"S{i % 3}", i) for i in range(25)], "name STRING, n BIGINT")
 
@@ -175,7 +175,7 @@ async def test_a_failed_streaming_batch_gets_an_abort_notice_with_the_query_id(
             raise ValueError("a bad row")
         return n
 
-    publisher = await aoz_node_factory()
+    publisher = await aoz_node_factory(send_policy="block")
     consumer = await aoz_node_factory()
     async with SinkSidecar(publisher) as sidecar, consumer.subscribe("OUT.>") as sub:
         await publisher.wait_for_interest("OUT._COMMIT", timeout=10)

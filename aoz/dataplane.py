@@ -1,0 +1,642 @@
+"""The data plane: a node's ZeroMQ sockets, their readers and its peer links.
+
+This is the only module of the node that imports zmq, and the one place where
+``zmq.ZMQError`` becomes an aoz error (:func:`_mapped`).
+
+Sockets, as in OZ: an XPUB that this node's frames leave from (bound; peers' SUBs
+connect to it) and a SUB that connects to every peer's publisher, this node's own
+included (self-delivery). It is an XPUB so that the node sees which filters have
+reached it (:class:`~aoz.interest.InterestSet`). In naming and UDP modes a monitor on
+the SUB tells which peer links are up; with CURVE and an allow-list a ZAP socket
+answers authentication requests.
+
+How a frame flows from the socket to ``async for``: ZeroMQ exposes a file descriptor
+that signals "look at ZMQ_EVENTS"; the loop watches it with ``add_reader`` and the
+callback drains up to ``_BATCH`` frames with non-blocking ``recv`` calls, in the same
+loop turn (no task hop). For each frame the protocol's hot-path parser
+(:func:`~aoz.protocol.frames.publish_subject_end`) finds the subject of a publish
+frame, the routing table's cache (:class:`~aoz.routing.RoutingTable`) gives the
+subscriptions it goes to, and one :class:`~aoz.message.Message` is pushed into each
+one's bounded queue, where a waiting ``async for`` wakes up. Every other frame
+(requests, replies, malformed input) takes the slow path through
+:func:`~aoz.protocol.frames.decode_frame`. The descriptor is edge-like: any socket
+call may consume its signal, so calls that touch a socket are followed by a kick
+that re-runs the drain, and sockets that are also written to have a safety re-run.
+
+Failures are not swallowed: an exception in a drain callback (other than a closed
+socket while closing) ends the reader task with it, which fails the node; the node
+then ends every subscription with an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import cast
+
+import anyio
+import zmq
+from zmq.utils.monitor import parse_monitor_message
+
+from .config import Settings
+from .errors import AozError, ConfigError, TransportError, WouldBlock
+from .interest import InterestSet
+from .message import Message, Responder
+from .protocol.frames import Kind, decode_frame, publish_subject_end
+from .protocol.sequence import FLAG, HEADER_LEN, PACK, gap
+from .routing import RoutingTable
+from .security import ZAP_ENDPOINT, keypair, zap_reply
+from .subscription import Subscription
+
+__all__ = ["DataPlane", "connectable"]
+
+log = logging.getLogger("aoz.node")
+
+_BATCH = 1024  # frames drained per wake-up before other callbacks run
+_COPY_THRESHOLD = 65536  # larger frames are sent zero-copy
+_DISCONNECT_GRACE = 0.5  # seconds a departed peer's data link may still drain
+_HANDSHAKE_MS = 5000  # a ZMTP handshake (CURVE included) must complete within this
+_CONNECT_TIMEOUT_MS = 1000  # one TCP connect attempt, before the next reconnect
+_BLOCK_CUT_MS = 30_000  # send_policy="block": a subscriber silent this long is cut
+_STREAMS_MAX = 65536  # (subject, publisher) sequence states kept before starting over
+
+
+@contextmanager
+def _mapped(what: str) -> Iterator[None]:
+    """Translate ZeroMQ's errors into aoz's, once, at the edge."""
+    try:
+        yield
+    except zmq.ZMQError as exc:
+        if exc.errno == zmq.EINVAL:
+            raise ConfigError(f"{what}: ZeroMQ rejected a value ({exc}); check the settings") \
+                from exc
+        raise TransportError(f"{what}: {exc}") from exc
+
+
+def connectable(endpoint: str) -> str:
+    """A bound wildcard address (tcp://0.0.0.0:5556) as an address to connect to."""
+    return endpoint.replace("//0.0.0.0:", "//127.0.0.1:").replace("//[::]:", "//[::1]:")
+
+
+class DataPlane:
+    """Sockets, readers and peer links of one node (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        routes: RoutingTable[Subscription],
+        interest: InterestSet,
+        on_reply: Callable[[bytes, bytes, int, float], None],
+        responder: Responder,
+        inbox_filter: bytes,
+    ) -> None:
+        self.settings = settings
+        self._routes = routes
+        self._interest = interest
+        self._on_reply = on_reply
+        self._responder = responder
+        self._inbox_filter = inbox_filter
+        #: set whenever the interest set changes (wait_for_interest waits on it)
+        self.interest_changed = asyncio.Event()
+        #: set when the publisher may have room again (blocked sends wait on it)
+        self._writable = asyncio.Event()
+        self._send_waiters = 0
+        self._holds = 0  # subscriptions with overflow="block" that are full
+        self.endpoint = ""
+        self.endpoints: list[str] = []
+        self._closing = False
+
+        # A context of its own: closing the node can then wait (in a worker thread,
+        # bounded by the linger) until what is queued has left, and a CURVE node has
+        # its own ZAP handler.
+        self._curve = settings.curve_server_public is not None
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self._zap: zmq.Socket[bytes] | None = None
+        self._curve_allowed: set[str] = set()
+        self._pub: zmq.Socket[bytes] | None = None
+        self._sub: zmq.Socket[bytes] | None = None
+        self._mon: zmq.Socket[bytes] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drainers: dict[int, Callable[[], None]] = {}
+        self._connected: set[str] = set()
+        self._pending_disconnects: dict[str, asyncio.TimerHandle] = {}
+        self._link_state: dict[str, bool] = {}
+
+        self.messages_in = 0
+        self.bytes_in = 0
+        self.messages_out = 0
+        self.bytes_out = 0
+        self.dropped_out = 0  # publishes dropped at a full queue (block node, block=False)
+        self.blocked_sends = 0  # publishes that had to wait for room
+        self.malformed = 0
+        self.lost = 0  # messages known missing upstream (sequence gaps), all subscriptions
+        self.counters: dict[str, int] = {}
+        # subject -> publisher id -> last sequence seen (see aoz.protocol.sequence)
+        self._streams: dict[bytes, dict[int, int]] = {}
+        self._nstreams = 0
+
+    def count(self, counter: str, n: int = 1) -> None:
+        self.counters[counter] = self.counters.get(counter, 0) + n
+
+    @property
+    def closed(self) -> bool:
+        return self._pub is None or self._pub.closed
+
+    # ------------------------------------------------------------------ open / close
+    def open(self) -> None:
+        """Create, configure, bind and connect the sockets (raises aoz errors)."""
+        s = self.settings
+        self._loop = asyncio.get_running_loop()
+        with _mapped("cannot set up the data sockets"):
+            pub: zmq.Socket[bytes] = self._ctx.socket(zmq.XPUB)
+            sub: zmq.Socket[bytes] = self._ctx.socket(zmq.SUB)
+            self._pub, self._sub = pub, sub
+            if self._curve:
+                self._setup_curve(pub, sub)
+            self._options(pub, sub)
+            if s.mode in ("naming", "udp"):
+                self._mon = sub.get_monitor_socket(
+                    zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
+                )
+        if s.mode in ("naming", "udp"):
+            self._bind(f"tcp://{s.publish_address}:*")
+        elif s.mode == "static":
+            for ep in s.bind:
+                self._bind(ep)
+            for ep in self.endpoints:  # self-delivery
+                self._connect_sub(connectable(ep))
+            for ep in s.connect:
+                self._connect_sub(ep)
+        else:  # broker
+            assert s.broker_pub and s.broker_sub
+            with _mapped(f"cannot connect to the broker at {s.broker_pub}"):
+                pub.connect(s.broker_pub)
+            self.endpoint = s.broker_pub
+            self._connect_sub(s.broker_sub)
+        with _mapped("cannot subscribe to this node's inbox"):
+            sub.setsockopt(zmq.SUBSCRIBE, self._inbox_filter)
+
+    def _options(self, pub: zmq.Socket[bytes], sub: zmq.Socket[bytes]) -> None:
+        """Socket options; why each matters:
+
+        - Heartbeats run on the XPUB only (ping every ``heartbeat_interval``, drop a
+          subscriber that has not answered within 3 of them): a frozen or vanished
+          subscriber is cut, which frees what it held at this publisher and withdraws
+          its filters (that is how a peer's link is seen to die). The SUB runs no
+          heartbeat timer and the XPUB asks for none (TTL 0): libzmq aborts
+          (``Assertion failed: !_io_error``, zeromq/libzmq#3937, #4767) when a heartbeat
+          timer fires on a connection whose input is stopped because the receiving
+          queue is full, which a burst into a busy subscriber makes likely.
+        - The SUB uses TCP keepalive instead, so a connection whose peer has gone
+          (a healed network cut, a rebooted host) is noticed and reconnected; the
+          connect timeout bounds each attempt so a reconnect follows within about a
+          second of the network healing.
+        - A handshake that does not complete in time (a frozen peer whose kernel still
+          accepts connections) is dropped; a link is up only once the handshake succeeded.
+        - ``send_policy="block"``: XPUB_NODROP, so a full subscriber queue makes the
+          send wait instead of dropping.
+        """
+        s = self.settings
+        linger = int(s.linger * 1000)
+        for sock in (pub, sub):
+            sock.setsockopt(zmq.LINGER, linger)
+            sock.setsockopt(zmq.HANDSHAKE_IVL, _HANDSHAKE_MS)
+        pub.setsockopt(zmq.SNDHWM, s.send_hwm)
+        if s.heartbeat_interval > 0:
+            ivl = max(1, int(s.heartbeat_interval * 1000))
+            pub.setsockopt(zmq.HEARTBEAT_IVL, ivl)
+            # A subscriber whose queue is full reads no pings either: with "block" it is
+            # given 30 s before it is cut (its loss is then reported by sequence gaps).
+            timeout = ivl * 3 if s.send_policy == "drop" else max(ivl * 3, _BLOCK_CUT_MS)
+            pub.setsockopt(zmq.HEARTBEAT_TIMEOUT, timeout)
+            pub.setsockopt(zmq.HEARTBEAT_TTL, 0)
+        if s.send_policy == "block":
+            pub.setsockopt(zmq.XPUB_NODROP, 1)
+        sub.setsockopt(zmq.RCVHWM, s.recv_hwm)
+        sub.setsockopt(zmq.RECONNECT_IVL, max(1, int(s.reconnect_interval * 1000)))
+        sub.setsockopt(zmq.CONNECT_TIMEOUT, _CONNECT_TIMEOUT_MS)
+        sub.setsockopt(zmq.TCP_KEEPALIVE, 1)
+        sub.setsockopt(zmq.TCP_KEEPALIVE_IDLE, 1)
+        sub.setsockopt(zmq.TCP_KEEPALIVE_INTVL, 1)
+        sub.setsockopt(zmq.TCP_KEEPALIVE_CNT, 3)
+
+    def _setup_curve(self, pub: zmq.Socket[bytes], sub: zmq.Socket[bytes]) -> None:
+        s = self.settings
+        assert s.curve_server_public and s.curve_server_secret
+        public, secret = s.curve_public, s.curve_secret
+        if public is None or secret is None:
+            public, secret = keypair()
+        if s.curve_allow is not None:
+            self._curve_allowed = {*s.curve_allow, public}  # self-delivery is always allowed
+            zap: zmq.Socket[bytes] = self._ctx.socket(zmq.REP)
+            zap.setsockopt(zmq.LINGER, 0)
+            zap.bind(ZAP_ENDPOINT)
+            self._zap = zap
+        try:
+            pub.setsockopt(zmq.CURVE_SERVER, 1)
+            pub.setsockopt(zmq.CURVE_SECRETKEY, s.curve_server_secret.encode("ascii"))
+            pub.setsockopt(zmq.ZAP_DOMAIN, b"aoz")
+            sub.setsockopt(zmq.CURVE_SERVERKEY, s.curve_server_public.encode("ascii"))
+            sub.setsockopt(zmq.CURVE_PUBLICKEY, public.encode("ascii"))
+            sub.setsockopt(zmq.CURVE_SECRETKEY, secret.encode("ascii"))
+        except (zmq.ZMQError, UnicodeEncodeError) as exc:
+            raise ConfigError(
+                f"invalid CURVE key ({exc}): keys are 40-character Z85 strings; "
+                "make them with aoz.security.keypair()"
+            ) from exc
+
+    def _bind(self, endpoint: str) -> None:
+        assert self._pub is not None
+        with _mapped(f"cannot bind data publisher to {endpoint!r} (is the address in use "
+                     "or not local?)"):
+            self._pub.bind(endpoint)
+            last = self._pub.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.endpoints.append(last)
+        if not self.endpoint:
+            self.endpoint = last
+
+    def _connect_sub(self, endpoint: str) -> None:
+        assert self._sub is not None
+        if endpoint in self._connected:
+            return
+        with _mapped(f"cannot connect to {endpoint!r}"):
+            self._sub.connect(endpoint)
+        self._connected.add(endpoint)
+        self._kick(self._sub)
+
+    async def close(self) -> None:
+        """Close every socket (with the configured linger); idempotent."""
+        self._closing = True
+        for handle in self._pending_disconnects.values():
+            handle.cancel()
+        self._pending_disconnects.clear()
+        linger = int(self.settings.linger * 1000)
+        if self._sub is not None and self._mon is not None and not self._sub.closed:
+            # Stop monitoring first: libzmq's I/O thread would otherwise block forever
+            # reporting the SUB's disconnects to a monitor nobody reads, freezing every
+            # socket of the shared context.
+            self._sub.disable_monitor()
+        for sock in (self._mon, self._sub, self._pub, self._zap):
+            if sock is not None and not sock.closed:
+                sock.close(linger=linger)
+        if not self._ctx.closed:
+            # term() returns once what was queued has left, or the linger ran out;
+            # it blocks, so not on the event loop
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._ctx.term)
+
+    # ------------------------------------------------------------------ readers
+    async def run(self, tg: anyio.abc.TaskGroup) -> None:
+        """Start one reader task per socket in ``tg`` (the node's group)."""
+        assert self._sub is not None and self._pub is not None
+        tg.start_soon(self._reader, self._sub, self._drain_sub, None, name="aoz-recv")
+        tg.start_soon(self._reader, self._pub, self._drain_interest, 0.1, name="aoz-xpub")
+        if self._mon is not None:
+            tg.start_soon(self._reader, self._mon, self._drain_monitor, 1.0, name="aoz-monitor")
+        if self._zap is not None:
+            tg.start_soon(self._reader, self._zap, self._drain_zap, 1.0, name="aoz-zap")
+
+    def _kick(self, sock: zmq.Socket[bytes]) -> None:
+        """Re-run the drain of ``sock``: a socket call may have eaten its fd signal."""
+        drain = self._drainers.get(id(sock))
+        if drain is not None and self._loop is not None:
+            self._loop.call_soon(drain)
+
+    async def _reader(
+        self,
+        sock: zmq.Socket[bytes],
+        drain: Callable[[zmq.Socket[bytes]], int],
+        safety: float | None,
+    ) -> None:
+        """Own the drain of ``sock`` for the node's lifetime.
+
+        The drain runs straight from the loop's fd callback, ``_BATCH`` frames at a
+        time; a full batch re-schedules it with ``call_soon`` so other callbacks and
+        tasks run in between. ``safety`` re-runs it at that interval, for sockets that
+        other code sends on. An exception in the callback ends this task with it.
+        """
+        loop = asyncio.get_running_loop()
+        key = id(sock)
+        fd = cast(int, sock.getsockopt(zmq.FD))
+        fault: list[BaseException] = []
+        woken = asyncio.Event()
+
+        def on_readable() -> None:
+            if sock.closed or fault:
+                return
+            try:
+                if drain(sock) >= _BATCH:
+                    loop.call_soon(on_readable)
+            except Exception as exc:
+                fault.append(exc)
+                woken.set()
+
+        self._drainers[key] = on_readable
+        loop.add_reader(fd, on_readable)
+        try:
+            on_readable()  # frames that arrived before the reader was registered
+            while not fault:
+                with anyio.move_on_after(3600.0 if safety is None else safety):
+                    await woken.wait()
+                on_readable()
+            raise fault[0]
+        finally:
+            loop.remove_reader(fd)
+            self._drainers.pop(key, None)
+
+    def _socket_error(self, exc: zmq.ZMQError, what: str) -> None:
+        """A socket error while draining: fatal unless the node is closing."""
+        if self._closing or exc.errno in (zmq.ENOTSOCK, zmq.ETERM):
+            return
+        raise TransportError(f"{what} failed: {exc}") from exc
+
+    def _drain_sub(self, sock: zmq.Socket[bytes]) -> int:
+        # The hot path: a publish frame on a subject seen before costs one parse, one
+        # slice, one dict lookup and one Message per frame, wildcards included.
+        recv = sock.recv
+        noblock = zmq.NOBLOCK
+        cache = self._routes.cache
+        scan = publish_subject_end
+        publish = Kind.PUBLISH
+        responder = self._responder
+        now = time.time()
+        n = 0
+        nbytes = 0
+        try:
+            while n < _BATCH and not self._holds:
+                frame = recv(noblock)
+                n += 1
+                nbytes += len(frame)
+                nul = scan(frame)
+                if nul > 0:
+                    sb = frame[:nul]
+                    subs = cache.get(sb)
+                    if subs is None:
+                        subs = self._routes.route(sb)
+                        if subs is None:
+                            self.malformed += 1
+                            continue
+                    if subs:
+                        msg = Message(frame, nul, nul + 3, publish, None, now, responder)
+                        if len(frame) >= nul + 3 + HEADER_LEN and frame[nul + 3] & FLAG:
+                            self._sequence(sb, frame, nul + 4, msg, subs)
+                        for s in subs:
+                            s.push(msg)
+                else:
+                    self._other_frame(frame, now)
+        except zmq.Again:
+            pass
+        except zmq.ZMQError as exc:
+            self._socket_error(exc, "receiving on the data socket")
+        finally:
+            self.messages_in += n
+            self.bytes_in += nbytes
+        return n
+
+    def _sequence(
+        self, subject: bytes, frame: bytes, at: int, msg: Message, subs: tuple[Subscription, ...]
+    ) -> None:
+        """Check a sequenced frame against the last one of its (subject, publisher)."""
+        publisher, seq = PACK.unpack_from(frame, at)
+        streams = self._streams.get(subject)
+        if streams is None:
+            if self._nstreams >= _STREAMS_MAX:
+                self.reset_sequences()
+            streams = self._streams[subject] = {}
+        last = streams.get(publisher)
+        if last is None:
+            self._nstreams += 1
+        streams[publisher] = seq
+        if last is not None and seq != last + 1:
+            missing = gap(last, seq)
+            if missing:
+                msg.gap = missing
+                self.lost += missing
+                for s in subs:
+                    s.upstream_loss(missing)
+
+    def reset_sequences(self) -> None:
+        """Forget every stream's last sequence (the subscriptions changed: a gap across
+        the change would be a subscription's absence, not a loss)."""
+        self._streams.clear()
+        self._nstreams = 0
+
+    def hold(self) -> None:
+        """A subscription with ``overflow="block"`` is full: stop reading the data SUB
+        (ZeroMQ's queues, then TCP, then a blocking publisher take the back-pressure)."""
+        self._holds += 1
+
+    def release(self) -> None:
+        """That subscription has room again."""
+        self._holds -= 1
+        if not self._holds and self._sub is not None:
+            self._kick(self._sub)
+
+    def _other_frame(self, frame: bytes, now: float) -> None:
+        """Requests, replies and anything malformed (validated by the protocol core)."""
+        try:
+            fr = decode_frame(frame)
+        except AozError as exc:
+            self.malformed += 1
+            log.debug("dropped malformed frame (%s): %r", exc, frame[:64])
+            return
+        if fr.kind is Kind.REPLY:
+            self._on_reply(fr.subject, frame, fr.payload_start, now)
+            return
+        subs = self._routes.route(fr.subject)
+        if subs is None:
+            self.malformed += 1
+            return
+        if subs:
+            reply = fr.reply.decode("ascii") if fr.reply is not None else None
+            msg = Message(frame, len(fr.subject), fr.payload_start, fr.kind, reply, now,
+                          self._responder)
+            for s in subs:
+                s.push(msg)
+
+    def _drain_interest(self, sock: zmq.Socket[bytes]) -> int:
+        n = 0
+        changed = False
+        apply = self._interest.apply
+        try:
+            while n < _BATCH:
+                if apply(sock.recv(zmq.NOBLOCK)):
+                    changed = True
+                n += 1
+        except zmq.Again:
+            pass
+        except zmq.ZMQError as exc:
+            self._socket_error(exc, "reading subscriptions on the data publisher")
+        finally:
+            if changed:
+                self.interest_changed.set()
+            if self._send_waiters:
+                self._writable.set()  # any XPUB event may mean room again: re-check
+        return n
+
+    def read_interest(self) -> None:
+        """Fold in the subscription events waiting on the XPUB now."""
+        if self._pub is not None and not self._pub.closed:
+            self._drain_interest(self._pub)
+
+    def _drain_monitor(self, sock: zmq.Socket[bytes]) -> int:
+        n = 0
+        try:
+            while n < _BATCH:
+                parts = sock.recv_multipart(zmq.NOBLOCK)
+                n += 1
+                try:
+                    ev = parse_monitor_message(parts)
+                    raw = ev["endpoint"]
+                    endpoint = raw.decode() if isinstance(raw, bytes) else str(raw)
+                except (ValueError, KeyError, IndexError, UnicodeDecodeError) as exc:
+                    self.count("monitor_malformed")
+                    log.warning("ignored a malformed ZeroMQ monitor event: %r", exc)
+                    continue
+                if endpoint not in self._connected:
+                    continue  # a link already dropped: keep no state for it
+                if ev["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    self._link_state[endpoint] = True
+                elif ev["event"] in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
+                    self._link_state[endpoint] = False
+        except zmq.Again:
+            pass
+        except zmq.ZMQError as exc:
+            self._socket_error(exc, "reading the data link monitor")
+        return n
+
+    def _drain_zap(self, sock: zmq.Socket[bytes]) -> int:
+        n = 0
+        try:
+            while n < _BATCH:
+                request = sock.recv_multipart(zmq.NOBLOCK)
+                n += 1
+                reply, allowed = zap_reply(request, self._curve_allowed)
+                if not allowed:
+                    self.count("auth_denied")
+                    log.info("denied a data subscriber: %s", reply[3].decode())
+                sock.send_multipart(reply)
+        except zmq.Again:
+            pass
+        except zmq.ZMQError as exc:
+            self._socket_error(exc, "answering authentication requests")
+        return n
+
+    # ------------------------------------------------------------------ filters and sends
+    def add_filter(self, prefix: bytes) -> None:
+        """Subscribe the data SUB to frames starting with ``prefix``."""
+        assert self._sub is not None
+        with _mapped("cannot subscribe"):
+            self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
+        self._kick(self._sub)
+
+    def remove_filter(self, prefix: bytes) -> None:
+        if self._sub is None or self._sub.closed or self._closing:
+            return
+        with _mapped("cannot unsubscribe"):
+            self._sub.setsockopt(zmq.UNSUBSCRIBE, prefix)
+        self._kick(self._sub)
+
+    def send(self, frame: bytes) -> None:
+        """Hand one frame to ZeroMQ without waiting.
+
+        With ``send_policy="drop"`` ZeroMQ never refuses (a full subscriber queue drops
+        for that subscriber). With ``"block"`` a full queue raises :class:`WouldBlock`.
+        """
+        pub = self._pub
+        if pub is None:
+            raise TransportError("the data publisher is not open")
+        try:
+            if len(frame) < _COPY_THRESHOLD:
+                pub.send(frame, zmq.NOBLOCK)
+            else:
+                pub.send(frame, zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            raise WouldBlock(
+                "a subscriber's queue at this publisher is full; `await node.publish(...)` "
+                "waits for room"
+            ) from None
+        except zmq.ZMQError as exc:
+            raise TransportError(f"publish failed: {exc}") from exc
+        self.messages_out += 1
+        self.bytes_out += len(frame)
+
+    def send_or_drop(self, frame: bytes) -> None:
+        """Send, or drop and count the frame when a subscriber's queue is full."""
+        try:
+            self.send(frame)
+        except WouldBlock:
+            self.dropped_out += 1
+
+    async def send_when_ready(self, frame: bytes) -> None:
+        """Send, waiting for room while a subscriber's queue is full (block policy).
+
+        A subscriber that stays frozen is cut by the publisher's heartbeat after three
+        heartbeat intervals, which frees the wait.
+        """
+        pub = self._pub
+        assert pub is not None
+        self._send_waiters += 1
+        self.blocked_sends += 1
+        try:
+            while True:
+                try:
+                    self.send(frame)
+                    return
+                except WouldBlock:
+                    pass
+                self._writable.clear()
+                events = int(pub.getsockopt(zmq.EVENTS))
+                self._kick(pub)  # reading EVENTS may have eaten the fd's signal
+                if events & zmq.POLLOUT:
+                    continue
+                # the XPUB's fd callback sets it on every change; the reader's 0.1 s
+                # safety re-run bounds a missed edge
+                with anyio.move_on_after(0.1):
+                    await self._writable.wait()
+        finally:
+            self._send_waiters -= 1
+
+    # ------------------------------------------------------------------ peer links
+    def connect_peer(self, endpoint: str) -> None:
+        """Connect the data SUB to a peer's publisher (idempotent)."""
+        pending = self._pending_disconnects.pop(endpoint, None)
+        if pending is not None:
+            pending.cancel()  # the peer is back (or a new one took its address)
+        if self._sub is None or self._closing or endpoint in self._connected:
+            return
+        try:
+            self._connect_sub(endpoint)
+        except TransportError as exc:
+            self.count("connect_errors")
+            log.warning("cannot connect to peer %s: %s", endpoint, exc)
+
+    def disconnect_peer(self, endpoint: str) -> None:
+        """Disconnect from a peer's publisher after a short grace period: a peer's
+        goodbye travels through the nsd and can overtake its last data frames (a final
+        reply, say), which would be lost if the link were cut at once."""
+        if self._sub is None or endpoint not in self._connected or self._loop is None:
+            return
+        if endpoint not in self._pending_disconnects:
+            self._pending_disconnects[endpoint] = self._loop.call_later(
+                _DISCONNECT_GRACE, self._disconnect_now, endpoint
+            )
+
+    def _disconnect_now(self, endpoint: str) -> None:
+        self._pending_disconnects.pop(endpoint, None)
+        if self._sub is None or self._sub.closed or endpoint not in self._connected:
+            return
+        self._connected.discard(endpoint)
+        self._link_state.pop(endpoint, None)
+        try:
+            self._sub.disconnect(endpoint)
+        except zmq.ZMQError as exc:
+            log.debug("disconnect from %s: %s", endpoint, exc)
+        self._kick(self._sub)
+
+    def link_up(self, endpoint: str) -> bool:
+        """Whether the data SUB currently has a live connection to ``endpoint``."""
+        return self._link_state.get(endpoint, False)
