@@ -26,7 +26,7 @@ def main() -> int:
     p.add_argument("--slow-after", type=int, default=500)
     p.add_argument("--slow-partition", type=int, default=0)
     p.add_argument("--slow-batch", type=int, default=0)
-    p.add_argument("--timeout", default="5")
+    p.add_argument("--timeout", default="2")
     args = p.parse_args()
 
     from pyspark.sql import functions as F
