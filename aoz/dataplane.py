@@ -134,8 +134,11 @@ class DataPlane:
         self.malformed = 0
         self.lost = 0  # messages known missing upstream (sequence gaps), all subscriptions
         self.counters: dict[str, int] = {}
-        # subject -> publisher id -> last sequence seen (see aoz.protocol.sequence)
+        # subject -> publisher id -> last sequence seen (see aoz.protocol.sequence); the
+        # hot path keeps each subject's latest [publisher, sequence] in _last_seen, which
+        # is authoritative for that publisher (_streams lags for it)
         self._streams: dict[bytes, dict[int, int]] = {}
+        self._last_seen: dict[bytes, list[int]] = {}
         self._nstreams = 0
 
     def count(self, counter: str, n: int = 1) -> None:
@@ -362,6 +365,9 @@ class DataPlane:
         scan = publish_subject_end
         publish = Kind.PUBLISH
         responder = self._responder
+        unpack = PACK.unpack_from
+        last_seen = self._last_seen
+        seq_end = 3 + HEADER_LEN
         now = time.time()
         n = 0
         nbytes = 0
@@ -381,8 +387,15 @@ class DataPlane:
                             continue
                     if subs:
                         msg = Message(frame, nul, nul + 3, publish, None, now, responder)
-                        if len(frame) >= nul + 3 + HEADER_LEN and frame[nul + 3] & FLAG:
-                            self._sequence(sb, frame, nul + 4, msg, subs)
+                        if len(frame) >= nul + seq_end and frame[nul + 3] & FLAG:
+                            # the next number from the subject's last publisher costs
+                            # one unpack and one lookup; anything else takes _sequence
+                            pid, seq = unpack(frame, nul + 4)
+                            st = last_seen.get(sb)
+                            if st is not None and st[0] == pid and seq == st[1] + 1:
+                                st[1] = seq
+                            else:
+                                self._sequence(sb, pid, seq, msg, subs)
                         for s in subs:
                             s.push(msg)
                 else:
@@ -397,31 +410,37 @@ class DataPlane:
         return n
 
     def _sequence(
-        self, subject: bytes, frame: bytes, at: int, msg: Message, subs: tuple[Subscription, ...]
+        self, subject: bytes, publisher: int, seq: int, msg: Message,
+        subs: tuple[Subscription, ...],
     ) -> None:
-        """Check a sequenced frame against the last one of its (subject, publisher)."""
-        publisher, seq = PACK.unpack_from(frame, at)
+        """A sequenced frame that is not simply the next one of its subject's last
+        publisher: a first frame, another publisher, or a gap."""
         streams = self._streams.get(subject)
         if streams is None:
             if self._nstreams >= _STREAMS_MAX:
                 self.reset_sequences()
             streams = self._streams[subject] = {}
-        last = streams.get(publisher)
+        st = self._last_seen.get(subject)
+        last = st[1] if st is not None and st[0] == publisher else streams.get(publisher)
         if last is None:
             self._nstreams += 1
-        streams[publisher] = seq
-        if last is not None and seq != last + 1:
+        else:
             missing = gap(last, seq)
             if missing:
                 msg.gap = missing
                 self.lost += missing
                 for s in subs:
                     s.upstream_loss(missing)
+        if st is not None and st[0] != publisher:
+            streams[st[0]] = st[1]  # the previous publisher's state goes back to the table
+        streams[publisher] = seq
+        self._last_seen[subject] = [publisher, seq]
 
     def reset_sequences(self) -> None:
         """Forget every stream's last sequence (the subscriptions changed: a gap across
         the change would be a subscription's absence, not a loss)."""
         self._streams.clear()
+        self._last_seen.clear()
         self._nstreams = 0
 
     def hold(self) -> None:

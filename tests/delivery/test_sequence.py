@@ -57,7 +57,7 @@ async def test_messages_carry_publisher_and_sequence(
 async def test_unsequenced_node_sends_plain_payloads(
     static_pair: tuple[aoz.Node, aoz.Node],
 ) -> None:
-    a, b = static_pair
+    _, b = static_pair
     async with aoz.connect(bind=["tcp://127.0.0.1:*"], sequence=False) as plain:
         b.connect_peer(plain.endpoint)
         async with b.subscribe("PLAIN") as sub:
@@ -74,22 +74,25 @@ async def test_gaps_are_counted_exactly_and_marked_on_the_next_message() -> None
     port = raw.bind_to_random_port("tcp://127.0.0.1")
     sent = [1, 2, 3, 7, 8, 20]  # 3 missing after 3, 11 missing after 8
     try:
-        async with aoz.connect(connect=[f"tcp://127.0.0.1:{port}"]) as node:
-            async with node.subscribe("GAP") as sub, node.subscribe("GAP.>") as other:
-                with anyio.fail_after(10):
-                    while (await raw.recv()) != b"\x01GAP\x00":
-                        pass
-                for seq in sent:
-                    body = struct.pack("<I", seq)
-                    await raw.send(b"GAP\0\x01\0" + encode_header(0, 42, seq) + body)
-                got = [await sub.next(timeout=5) for _ in sent]
-                assert [m.sequence for m in got] == sent
-                assert [m.gap for m in got] == [0, 0, 0, 3, 0, 11]
-                assert all(m.publisher == 42 for m in got)
-                st = sub.statistics()
-                assert st.lost == 14 and st.dropped == 0 and st.received == len(sent)
-                assert other.statistics().lost == 0  # not its subject
-                assert node.statistics().lost_in == 14
+        async with (
+            aoz.connect(connect=[f"tcp://127.0.0.1:{port}"]) as node,
+            node.subscribe("GAP") as sub,
+            node.subscribe("GAP.>") as other,
+        ):
+            with anyio.fail_after(10):
+                while (await raw.recv()) != b"\x01GAP\x00":
+                    pass
+            for seq in sent:
+                body = struct.pack("<I", seq)
+                await raw.send(b"GAP\0\x01\0" + encode_header(0, 42, seq) + body)
+            got = [await sub.next(timeout=5) for _ in sent]
+            assert [m.sequence for m in got] == sent
+            assert [m.gap for m in got] == [0, 0, 0, 3, 0, 11]
+            assert all(m.publisher == 42 for m in got)
+            st = sub.statistics()
+            assert st.lost == 14 and st.dropped == 0 and st.received == len(sent)
+            assert other.statistics().lost == 0  # not its subject
+            assert node.statistics().lost_in == 14
     finally:
         raw.close(linger=0)
 
@@ -103,3 +106,28 @@ def test_an_unsent_frame_gives_its_number_back() -> None:
     assert parse_header(frame, 4) == (0, 5, 1, 4 + HEADER_LEN)
     fb.rewind("S")
     assert parse_header(fb.publish("S", b"y"), 4) == (0, 5, 1, 4 + HEADER_LEN)
+
+
+async def test_interleaved_publishers_on_one_subject_are_tracked_apart() -> None:
+    ctx = zmq.asyncio.Context.instance()
+    raw = ctx.socket(zmq.XPUB)
+    port = raw.bind_to_random_port("tcp://127.0.0.1")
+    # (publisher, number): B skips 3, A skips 4; a wrap from 2**32-1 to 0 is no loss
+    sent = [(1, 1), (2, 1), (1, 2), (2, 2), (1, 3), (2, 4), (1, 5), (1, 6),
+            (3, 2**32 - 1), (3, 0), (2, 5)]
+    try:
+        async with (
+            aoz.connect(connect=[f"tcp://127.0.0.1:{port}"]) as node,
+            node.subscribe("MIX") as sub,
+        ):
+            with anyio.fail_after(10):
+                while (await raw.recv()) != b"\x01MIX\x00":
+                    pass
+            for pid, seq in sent:
+                await raw.send(b"MIX\0\x01\0" + encode_header(0, pid, seq) + b"x")
+            got = [await sub.next(timeout=5) for _ in sent]
+            assert [(m.publisher, m.sequence) for m in got] == sent
+            assert [m.gap for m in got] == [0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0]
+            assert sub.statistics().lost == 2
+    finally:
+        raw.close(linger=0)
