@@ -86,6 +86,7 @@ from pyspark.sql.datasource import (
 
 from ..errors import AozError, ConfigError, TransportError, WaitTimeout
 from ..protocol.codecs import Codec
+from .arrow_encode import buffers_of, encode_rows
 from .delivery import (
     ENVELOPE_KEY,
     CommitNotice,
@@ -265,7 +266,38 @@ class _RowEncoder:
         self.rows = 0
 
     def chunk(self, batch: Any) -> tuple[list[bytes], int]:
-        """The chunk parts for ``batch`` and its row count."""
+        """The chunk parts for ``batch`` and its row count: encoded by Arrow kernels when
+        the column types allow (:mod:`aoz.spark.arrow_encode`), else row by row."""
+        fast = self._vectorised(batch) if self.opts.codec is Codec.MSGPACK else None
+        return fast if fast is not None else self._rowwise(batch)
+
+    def _vectorised(self, batch: Any) -> tuple[list[bytes], int] | None:
+        import pyarrow.compute as pc
+
+        n = batch.num_rows
+        if self.opts.subject_column:
+            values = batch.column(self.opts.subject_column)
+            if values.null_count:
+                return None
+            encoded = pc.dictionary_encode(values)
+            prefix = self.opts.subject_prefix
+            subjects = [f"{prefix}{v}" for v in encoded.dictionary.to_pylist()]
+            if len(subjects) > 65_535:
+                return None
+            index = encoded.indices.to_numpy(zero_copy_only=False).astype("<u2").tobytes()
+        else:
+            subjects, index = [self.opts.subject or ""], bytes(2 * n)
+        q, b, p, t = self.env
+        env = b"\x95" + b"".join(map(_MSGPACK.encode, (q, b, p, t)))
+        bodies = encode_rows(batch, self.opts.columns, ENVELOPE_KEY, env, self.rows)
+        if bodies is None:
+            return None
+        self.rows += n
+        offsets, blob = buffers_of(bodies)
+        table = msgspec.msgpack.encode((int(self.opts.codec), subjects))
+        return [table, index, offsets, blob], n
+
+    def _rowwise(self, batch: Any) -> tuple[list[bytes], int]:
         n = batch.num_rows
         q, b, p, t = self.env
         cols = [batch.column(name).to_pylist() for name in self.opts.columns]
