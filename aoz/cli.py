@@ -514,7 +514,7 @@ def _run_bench(argv: list[str]) -> int:
 
 
 def _run_demo(argv: list[str]) -> int:
-    from .__main__ import run_demo
+    from ._examples import run_demo
 
     return run_demo(argv)
 
