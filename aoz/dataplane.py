@@ -26,6 +26,10 @@ that re-runs the drain, and sockets that are also written to have a safety re-ru
 Failures are not swallowed: an exception in a drain callback (other than a closed
 socket while closing) ends the reader task with it, which fails the node; the node
 then ends every subscription with an error.
+
+Why this module is longer than the others: the socket lifecycle, the fd readers, the
+receive hot path and the send paths share the sockets and their state, and are easiest
+to check for cancellation and error handling read together in one place.
 """
 
 from __future__ import annotations
@@ -46,9 +50,10 @@ from .errors import AozError, ConfigError, TransportError, WouldBlock
 from .interest import InterestSet
 from .message import Message, Responder
 from .protocol.frames import Kind, decode_frame, publish_subject_end
-from .protocol.sequence import FLAG, HEADER_LEN, PACK, gap
+from .protocol.sequence import FLAG, HEADER_LEN, PACK, SequenceTracker
 from .routing import RoutingTable
 from .security import ZAP_ENDPOINT, keypair, zap_reply
+from .sockopts import DATA_MONITOR_EVENTS, HandshakeGuard, apply_data_options
 from .subscription import Subscription
 
 __all__ = ["DataPlane", "connectable"]
@@ -58,10 +63,6 @@ log = logging.getLogger("aoz.node")
 _BATCH = 1024  # frames drained per wake-up before other callbacks run
 _COPY_THRESHOLD = 65536  # larger frames are sent zero-copy
 _DISCONNECT_GRACE = 0.5  # seconds a departed peer's data link may still drain
-_HANDSHAKE_MS = 5000  # a ZMTP handshake (CURVE included) must complete within this
-_CONNECT_TIMEOUT_MS = 1000  # one TCP connect attempt, before the next reconnect
-_BLOCK_CUT_MS = 30_000  # send_policy="block": a subscriber silent this long is cut
-_STREAMS_MAX = 65536  # (subject, publisher) sequence states kept before starting over
 
 
 @contextmanager
@@ -124,6 +125,7 @@ class DataPlane:
         self._connected: set[str] = set()
         self._pending_disconnects: dict[str, asyncio.TimerHandle] = {}
         self._link_state: dict[str, bool] = {}
+        self._guard: HandshakeGuard | None = None
 
         self.messages_in = 0
         self.bytes_in = 0
@@ -134,12 +136,7 @@ class DataPlane:
         self.malformed = 0
         self.lost = 0  # messages known missing upstream (sequence gaps), all subscriptions
         self.counters: dict[str, int] = {}
-        # subject -> publisher id -> last sequence seen (see aoz.protocol.sequence); the
-        # hot path keeps each subject's latest [publisher, sequence] in _last_seen, which
-        # is authoritative for that publisher (_streams lags for it)
-        self._streams: dict[bytes, dict[int, int]] = {}
-        self._last_seen: dict[bytes, list[int]] = {}
-        self._nstreams = 0
+        self.sequences = SequenceTracker()
 
     def count(self, counter: str, n: int = 1) -> None:
         self.counters[counter] = self.counters.get(counter, 0) + n
@@ -159,11 +156,13 @@ class DataPlane:
             self._pub, self._sub = pub, sub
             if self._curve:
                 self._setup_curve(pub, sub)
-            self._options(pub, sub)
-            if s.mode in ("naming", "udp"):
-                self._mon = sub.get_monitor_socket(
-                    zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
-                )
+            # every option and why: aoz/sockopts.py (sizes, handshakes, back-off, liveness)
+            apply_data_options(pub, sub, s)
+            self._guard = HandshakeGuard(
+                sub, s, wanted=self._connected.__contains__, count=self.count
+            )
+            # every mode: the guard needs the handshake events (link state: naming/udp)
+            self._mon = sub.get_monitor_socket(DATA_MONITOR_EVENTS)
         if s.mode in ("naming", "udp"):
             self._bind(f"tcp://{s.publish_address}:*")
         elif s.mode == "static":
@@ -181,50 +180,6 @@ class DataPlane:
             self._connect_sub(s.broker_sub)
         with _mapped("cannot subscribe to this node's inbox"):
             sub.setsockopt(zmq.SUBSCRIBE, self._inbox_filter)
-
-    def _options(self, pub: zmq.Socket[bytes], sub: zmq.Socket[bytes]) -> None:
-        """Socket options; why each matters:
-
-        - Heartbeats run on the XPUB only (ping every ``heartbeat_interval``, drop a
-          subscriber that has not answered within 3 of them): a frozen or vanished
-          subscriber is cut, which frees what it held at this publisher and withdraws
-          its filters (that is how a peer's link is seen to die). The SUB runs no
-          heartbeat timer and the XPUB asks for none (TTL 0): libzmq aborts
-          (``Assertion failed: !_io_error``, zeromq/libzmq#3937, #4767) when a heartbeat
-          timer fires on a connection whose input is stopped because the receiving
-          queue is full, which a burst into a busy subscriber makes likely.
-        - The SUB uses TCP keepalive instead, so a connection whose peer has gone
-          (a healed network cut, a rebooted host) is noticed and reconnected; the
-          connect timeout bounds each attempt so a reconnect follows within about a
-          second of the network healing.
-        - A handshake that does not complete in time (a frozen peer whose kernel still
-          accepts connections) is dropped; a link is up only once the handshake succeeded.
-        - ``send_policy="block"``: XPUB_NODROP, so a full subscriber queue makes the
-          send wait instead of dropping.
-        """
-        s = self.settings
-        linger = int(s.linger * 1000)
-        for sock in (pub, sub):
-            sock.setsockopt(zmq.LINGER, linger)
-            sock.setsockopt(zmq.HANDSHAKE_IVL, _HANDSHAKE_MS)
-        pub.setsockopt(zmq.SNDHWM, s.send_hwm)
-        if s.heartbeat_interval > 0:
-            ivl = max(1, int(s.heartbeat_interval * 1000))
-            pub.setsockopt(zmq.HEARTBEAT_IVL, ivl)
-            # A subscriber whose queue is full reads no pings either: with "block" it is
-            # given 30 s before it is cut (its loss is then reported by sequence gaps).
-            timeout = ivl * 3 if s.send_policy == "drop" else max(ivl * 3, _BLOCK_CUT_MS)
-            pub.setsockopt(zmq.HEARTBEAT_TIMEOUT, timeout)
-            pub.setsockopt(zmq.HEARTBEAT_TTL, 0)
-        if s.send_policy == "block":
-            pub.setsockopt(zmq.XPUB_NODROP, 1)
-        sub.setsockopt(zmq.RCVHWM, s.recv_hwm)
-        sub.setsockopt(zmq.RECONNECT_IVL, max(1, int(s.reconnect_interval * 1000)))
-        sub.setsockopt(zmq.CONNECT_TIMEOUT, _CONNECT_TIMEOUT_MS)
-        sub.setsockopt(zmq.TCP_KEEPALIVE, 1)
-        sub.setsockopt(zmq.TCP_KEEPALIVE_IDLE, 1)
-        sub.setsockopt(zmq.TCP_KEEPALIVE_INTVL, 1)
-        sub.setsockopt(zmq.TCP_KEEPALIVE_CNT, 3)
 
     def _setup_curve(self, pub: zmq.Socket[bytes], sub: zmq.Socket[bytes]) -> None:
         s = self.settings
@@ -282,9 +237,11 @@ class DataPlane:
             # reporting the SUB's disconnects to a monitor nobody reads, freezing every
             # socket of the shared context.
             self._sub.disable_monitor()
-        for sock in (self._mon, self._sub, self._pub, self._zap):
+        # Only what we publish is worth waiting for; a SUB's queue holds subscriptions
+        # for peers that may be gone, which would hold term() for the whole linger.
+        for sock, wait in ((self._mon, 0), (self._sub, 0), (self._pub, linger), (self._zap, 0)):
             if sock is not None and not sock.closed:
-                sock.close(linger=linger)
+                sock.close(linger=wait)
         if not self._ctx.closed:
             # term() returns once what was queued has left, or the linger ran out;
             # it blocks, so not on the event loop
@@ -366,7 +323,7 @@ class DataPlane:
         publish = Kind.PUBLISH
         responder = self._responder
         unpack = PACK.unpack_from
-        last_seen = self._last_seen
+        last_seen = self.sequences.last_seen
         seq_end = 3 + HEADER_LEN
         now = time.time()
         n = 0
@@ -375,7 +332,8 @@ class DataPlane:
             while n < _BATCH and not self._holds:
                 frame = recv(noblock)
                 n += 1
-                nbytes += len(frame)
+                flen = len(frame)
+                nbytes += flen
                 nul = scan(frame)
                 if nul > 0:
                     sb = frame[:nul]
@@ -387,7 +345,7 @@ class DataPlane:
                             continue
                     if subs:
                         msg = Message(frame, nul, nul + 3, publish, None, now, responder)
-                        if len(frame) >= nul + seq_end and frame[nul + 3] & FLAG:
+                        if flen >= nul + seq_end and frame[nul + 3] & FLAG:
                             # the next number from the subject's last publisher costs
                             # one unpack and one lookup; anything else takes _sequence
                             pid, seq = unpack(frame, nul + 4)
@@ -413,35 +371,19 @@ class DataPlane:
         self, subject: bytes, publisher: int, seq: int, msg: Message,
         subs: tuple[Subscription, ...],
     ) -> None:
-        """A sequenced frame that is not simply the next one of its subject's last
+        """A sequenced frame that is not simply the next one of its subject's latest
         publisher: a first frame, another publisher, or a gap."""
-        streams = self._streams.get(subject)
-        if streams is None:
-            if self._nstreams >= _STREAMS_MAX:
-                self.reset_sequences()
-            streams = self._streams[subject] = {}
-        st = self._last_seen.get(subject)
-        last = st[1] if st is not None and st[0] == publisher else streams.get(publisher)
-        if last is None:
-            self._nstreams += 1
-        else:
-            missing = gap(last, seq)
-            if missing:
-                msg.gap = missing
-                self.lost += missing
-                for s in subs:
-                    s.upstream_loss(missing)
-        if st is not None and st[0] != publisher:
-            streams[st[0]] = st[1]  # the previous publisher's state goes back to the table
-        streams[publisher] = seq
-        self._last_seen[subject] = [publisher, seq]
+        missing = self.sequences.check(subject, publisher, seq)
+        if missing:
+            msg.gap = missing
+            self.lost += missing
+            for s in subs:
+                s.upstream_loss(missing)
 
     def reset_sequences(self) -> None:
         """Forget every stream's last sequence (the subscriptions changed: a gap across
         the change would be a subscription's absence, not a loss)."""
-        self._streams.clear()
-        self._last_seen.clear()
-        self._nstreams = 0
+        self.sequences.clear()
 
     def hold(self) -> None:
         """A subscription with ``overflow="block"`` is full: stop reading the data SUB
@@ -517,6 +459,8 @@ class DataPlane:
                     continue
                 if endpoint not in self._connected:
                     continue  # a link already dropped: keep no state for it
+                if self._guard is not None:
+                    self._guard.event(ev["event"], endpoint, time.monotonic())
                 if ev["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                     self._link_state[endpoint] = True
                 elif ev["event"] in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
@@ -525,6 +469,8 @@ class DataPlane:
             pass
         except zmq.ZMQError as exc:
             self._socket_error(exc, "reading the data link monitor")
+        if self._guard is not None:  # runs at least every second (the reader's safety)
+            self._guard.tick(time.monotonic())
         return n
 
     def _drain_zap(self, sock: zmq.Socket[bytes]) -> int:

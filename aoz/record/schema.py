@@ -262,7 +262,7 @@ class _Decoded:
             else:
                 rows = self.json.decode(b"[" + b",".join(bodies) + b"]")
             return rows, 0
-        except (msgspec.DecodeError, ValueError):
+        except (msgspec.DecodeError, ValueError, RecursionError):  # hostile nesting too
             pass
         one = self.one_msgpack if codec == 1 else self.one_json
         out: list[Any] = []
@@ -272,7 +272,7 @@ class _Decoded:
                 out.append(one.decode(body))
             except msgspec.ValidationError:
                 out.append(self.empty)  # valid, but not a map: no fields
-            except (msgspec.DecodeError, ValueError):
+            except (msgspec.DecodeError, ValueError, RecursionError):
                 errors += 1
                 out.append(self.empty)
         return out, errors

@@ -134,6 +134,9 @@ class Deduplicator(Generic[T]):
             value = msg.decode()
         except AozError:
             return [msg]
+        except RecursionError:  # hostile nesting: not one of ours, count and skip it
+            self._malformed += 1
+            return []
         if isinstance(value, dict) and ENVELOPE_KEY in value:
             env = envelope_of(value)
             if env is None:

@@ -129,7 +129,7 @@ def decode_chunk(parts: list[bytes], headers: dict[str, bytes]) -> list[bytes]:
     table, index_raw, offsets_raw, blob = parts
     try:
         codec, subjects = _TABLE.decode(table)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:  # nesting is input too
         raise ChunkError(f"bad subject table: {exc}") from None
     if not 0 <= codec <= 255 or len(index_raw) % 2 or len(offsets_raw) % 4:
         raise ChunkError("bad codec, index or offsets")
