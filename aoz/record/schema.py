@@ -267,14 +267,21 @@ class _Decoded:
         one = self.one_msgpack if codec == 1 else self.one_json
         out: list[Any] = []
         errors = 0
+        generic = _MSGPACK if codec == 1 else _JSON
         for body in bodies:
             try:
                 out.append(one.decode(body))
+                continue
             except msgspec.ValidationError:
-                out.append(self.empty)  # valid, but not a map: no fields
+                # not a map: well-formed (no fields), or malformed inside what the typed
+                # decoder skipped (deep nesting...): the generic decoder tells them apart
+                try:
+                    generic.decode(body)
+                except (msgspec.DecodeError, ValueError, RecursionError):
+                    errors += 1
             except (msgspec.DecodeError, ValueError, RecursionError):
                 errors += 1
-                out.append(self.empty)
+            out.append(self.empty)
         return out, errors
 
 
