@@ -25,4 +25,4 @@ def test_recorder_benchmark_smoke() -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "recorder : publisher =" in proc.stdout
     (result,) = json.loads((ROOT / "benchmarks" / "out" / "pipeline-recorder.json").read_text())
-    assert result["dropped"] == 0 and result["recorder"] > 0 and result["publisher"] > 0
+    assert result["lost"] == 0 and result["recorder"] > 0 and result["publisher"] > 0
