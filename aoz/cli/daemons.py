@@ -289,14 +289,8 @@ def register(app: typer.Typer) -> None:
         connect_timeout: c.ConnectTimeout = None,
     ) -> None:
         """The Spark sink's sidecar (aoz.spark.sidecar): prints a ready line, stops on SIGTERM."""
-        try:
-            from ..spark.sidecar import sidecar_main  # type: ignore[import-not-found,unused-ignore]
-        except ImportError as exc:
-            if (exc.name or "").startswith("aoz"):
-                raise c.UserError("this aoz has no Spark sidecar (aoz.spark.sidecar)") from None
-            raise c.UserError(
-                f"aoz sidecar needs the 'spark' extra: pip install 'aoz[spark]' ({exc.name})"
-            ) from None
+        from ..spark.sidecar import sidecar_main
+
         conn = c.Conn(naming, static_bind, static_connect, config, connect_timeout).kwargs(
             "sidecar"
         )
@@ -380,32 +374,11 @@ def register(app: typer.Typer) -> None:
     )
     def _demo(ctx: typer.Context) -> None:
         """Run the self-contained market-data demo (nsd, feed, subscribers, recorder)."""
+        from .._examples import run_demo
+
         code = run_demo(list(ctx.args))
         if code:
             raise typer.Exit(code)
-
-
-def run_demo(argv: list[str]) -> int:
-    """The market-data demo: ``examples/marketdata`` of a clone (the current directory),
-    or ``aoz.demo`` where the library still ships it."""
-    import importlib
-    import sys
-
-    cwd = str(Path.cwd())
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
-    for name in ("examples.marketdata.demo", "aoz.demo"):
-        try:
-            demo = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name and not name.startswith(exc.name):
-                raise c.UserError(
-                    f"the demo needs {exc.name}: pip install 'aoz[all]' in the clone"
-                ) from None
-            continue  # not here: try the next place
-        return int(demo.main(argv) or 0)
-    c.error("the demo lives in the aoz repository: clone it and run `make demo` there")
-    return 2
 
 
 __all__ = ["broker", "nsd", "record", "register", "watch_mesh"]

@@ -22,7 +22,7 @@ from .conftest import REPO
     [
         ("aoz.fastapi", "fastapi", "fastapi"),
         ("aoz.metrics", "prometheus_client", "prometheus"),
-        ("aoz.spark", "pyspark", "spark"),
+        ("aoz.spark.sink", "pyspark", "spark"),
         ("aoz.record", "pyarrow", "record"),
     ],
 )
@@ -34,6 +34,15 @@ def test_a_missing_extra_names_the_extra(
     monkeypatch.setitem(sys.modules, dependency, None)  # import -> ImportError
     with pytest.raises(ImportError, match=rf"pip install 'aoz\[{extra}\]'"):
         importlib.import_module(module)
+
+
+def test_spark_session_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import aoz.spark  # the consumer side (delivery, sidecar) needs no pyspark
+
+    monkeypatch.setitem(sys.modules, "pyspark", None)
+    monkeypatch.setitem(sys.modules, "pyspark.sql", None)
+    with pytest.raises(ImportError, match=r"pip install 'aoz\[spark\]'"):
+        aoz.spark.local_session()
 
 
 def test_dir_shows_the_public_api_only() -> None:
