@@ -31,6 +31,8 @@ def test_a_missing_extra_names_the_extra(
 ) -> None:
     for name in [m for m in sys.modules if m == module or m.startswith(module + ".")]:
         monkeypatch.delitem(sys.modules, name)
+    for name in [m for m in sys.modules if m == dependency or m.startswith(dependency + ".")]:
+        monkeypatch.setitem(sys.modules, name, None)  # already imported by another test
     monkeypatch.setitem(sys.modules, dependency, None)  # import -> ImportError
     with pytest.raises(ImportError, match=rf"pip install 'aoz\[{extra}\]'"):
         importlib.import_module(module)
