@@ -1,0 +1,599 @@
+"""omnm bytes <-> :class:`Message`. Pure: no I/O, no clock.
+
+Wire format (version 1, little-endian, as the OpenMAMA-omnm payload bridge writes it)::
+
+    message := 'O' 0x01 <extra header size: u8, 0> field*        (no field count)
+    field   := <type: u8> <fid: u16> <name bytes> NUL <value>
+    value   := fixed-size bytes (BOOL, CHAR, ints, floats; TIME 32 B; PRICE 16 B)
+             | <u32 byte length> <bytes>   (STRING incl. its NUL, OPAQUE, MSG, vectors)
+
+Decoding trusts nothing: every length is checked against the end of its enclosing
+buffer, nesting is bounded, and any inconsistency raises :class:`aoz.DecodeError`
+(OpenMAMA's own reader checks nothing and can read out of bounds).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import struct
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final
+
+from ..errors import DecodeError, EncodeError
+from ._model import Field, FieldsLike, FieldType, Message, OpenMamaCompatWarning, Price, Time, Typed
+
+__all__ = ["MAX_DEPTH", "decode", "encode", "field_from_value", "narrowest_int_type"]
+
+#: nested MSG / VECTOR_MSG levels accepted by :func:`decode` (and written by :func:`encode`)
+MAX_DEPTH: Final = 32
+
+HEADER: Final = b"O\x01\x00"
+_FT = FieldType
+_HDR = struct.Struct("<BH")
+_U32 = struct.Struct("<I")
+_TIME = struct.Struct("<qIBB18x")
+_PRICE = struct.Struct("<dB7x")
+_U32_MAX: Final = 0xFFFF_FFFF
+
+# struct format letter of each fixed-width scalar type; vectors reuse their element's.
+_SCALAR_FMT: Final[dict[FieldType, str]] = {
+    _FT.I8: "b", _FT.U8: "B", _FT.I16: "h", _FT.U16: "H", _FT.I32: "i", _FT.U32: "I",
+    _FT.I64: "q", _FT.U64: "Q", _FT.F32: "f", _FT.F64: "d",
+}
+_VECTOR_FMT: Final[dict[FieldType, str]] = {
+    _FT.VECTOR_I8: "b", _FT.VECTOR_U8: "B", _FT.VECTOR_I16: "h", _FT.VECTOR_U16: "H",
+    _FT.VECTOR_I32: "i", _FT.VECTOR_U32: "I", _FT.VECTOR_I64: "q", _FT.VECTOR_U64: "Q",
+    _FT.VECTOR_F32: "f", _FT.VECTOR_F64: "d",
+}
+_SCALAR_STRUCT: Final = {t: struct.Struct("<" + f) for t, f in _SCALAR_FMT.items()}
+_BY_ID: Final[list[FieldType | None]] = [None] * 256
+for _t in FieldType:
+    _BY_ID[_t.value] = _t
+
+_INT_RANGES: Final = (
+    (_FT.U8, 0, 0xFF), (_FT.U16, 0, 0xFFFF), (_FT.U32, 0, _U32_MAX), (_FT.U64, 0, 2**64 - 1),
+    (_FT.I8, -(2**7), 2**7 - 1), (_FT.I16, -(2**15), 2**15 - 1),
+    (_FT.I32, -(2**31), 2**31 - 1), (_FT.I64, -(2**63), 2**63 - 1),
+)
+_TO_VECTOR: Final = {
+    _FT.BOOL: _FT.VECTOR_BOOL, _FT.CHAR: _FT.VECTOR_CHAR, _FT.I8: _FT.VECTOR_I8,
+    _FT.U8: _FT.VECTOR_U8, _FT.I16: _FT.VECTOR_I16, _FT.U16: _FT.VECTOR_U16,
+    _FT.I32: _FT.VECTOR_I32, _FT.U32: _FT.VECTOR_U32, _FT.I64: _FT.VECTOR_I64,
+    _FT.U64: _FT.VECTOR_U64, _FT.F32: _FT.VECTOR_F32, _FT.F64: _FT.VECTOR_F64,
+    _FT.STRING: _FT.VECTOR_STRING, _FT.MSG: _FT.VECTOR_MSG, _FT.TIME: _FT.VECTOR_TIME,
+    _FT.PRICE: _FT.VECTOR_PRICE,
+}
+
+
+# ----------------------------------------------------------------------------- inference
+def narrowest_int_type(lo: int, hi: int | None = None) -> FieldType:
+    """The narrowest omnm integer type holding ``lo..hi``: unsigned unless negative.
+
+    OpenMAMA's numeric getters accept any field no wider than themselves (``getI64``
+    reads a U8), so the narrowest type is the one every reader accepts.
+
+    >>> narrowest_int_type(100), narrowest_int_type(-1), narrowest_int_type(0, 70000)
+    (<FieldType.U8: 15>, <FieldType.I8: 14>, <FieldType.U32: 19>)
+    """
+    hi = lo if hi is None else hi
+    for t, a, b in _INT_RANGES:
+        if a <= lo and hi <= b:
+            return t
+    raise EncodeError(
+        f"integer {lo if lo < -(2**63) else hi} does not fit in 64 bits; omnm has no wider "
+        "integer type (send it as a STRING or F64)"
+    )
+
+
+def _scalar_type(value: Any) -> FieldType:
+    if isinstance(value, bool):
+        return _FT.BOOL
+    if isinstance(value, int):
+        return narrowest_int_type(value)
+    if isinstance(value, float):
+        return _FT.F64
+    if isinstance(value, str):
+        return _FT.STRING
+    if isinstance(value, bytes | bytearray | memoryview):
+        return _FT.OPAQUE
+    if isinstance(value, Time | _dt.datetime):
+        return _FT.TIME
+    if isinstance(value, Price):
+        return _FT.PRICE
+    if isinstance(value, Message | Mapping):
+        return _FT.MSG
+    if value is None:
+        raise EncodeError("omnm has no null value; leave the field out instead")
+    raise EncodeError(
+        f"cannot infer an omnm type for a {type(value).__name__}; use bool, int, float, str, "
+        "bytes, datetime, Time, Price, dict/Message, a list of those, or Typed(type, value)"
+    )
+
+
+def _vector_type(values: list[Any] | tuple[Any, ...]) -> FieldType:
+    if not values:
+        return _FT.VECTOR_I8  # any vector type reads an empty vector; pick the smallest
+    kinds = {_scalar_type(v) for v in values}
+    ints = {_FT.I8, _FT.U8, _FT.I16, _FT.U16, _FT.I32, _FT.U32, _FT.I64, _FT.U64}
+    if kinds <= ints:
+        return _TO_VECTOR[narrowest_int_type(min(values), max(values))]
+    if kinds <= ints | {_FT.F64}:
+        return _FT.VECTOR_F64
+    if len(kinds) == 1:
+        (k,) = kinds
+        if k in _TO_VECTOR and k is not _FT.OPAQUE:
+            return _TO_VECTOR[k]
+    names = ", ".join(sorted(k.name for k in kinds))
+    raise EncodeError(
+        f"a list becomes an omnm vector, whose elements share one type; this one mixes {names}"
+    )
+
+
+def field_from_value(name: str | None, fid: int, value: Any) -> Field:
+    """A :class:`Field` for a Python value, its type inferred unless ``value`` is :class:`Typed`.
+
+    ``bool`` -> BOOL, ``int`` -> the narrowest integer type, ``float`` -> F64, ``str`` ->
+    STRING, ``bytes`` -> OPAQUE, aware ``datetime``/:class:`Time` -> TIME, :class:`Price`
+    -> PRICE, ``dict``/:class:`Message` -> MSG, ``list`` -> the matching vector.
+    """
+    if isinstance(value, Typed):
+        try:
+            t = _FT(value.type)
+        except ValueError:
+            raise EncodeError(f"{value.type!r} is not an omnm field type") from None
+        value = value.value
+    elif isinstance(value, list) or type(value) is tuple:  # not Time/Price (named tuples)
+        t = _vector_type(value)
+    else:
+        t = _scalar_type(value)
+    return Field(name, fid, t, _normalise(t, value))
+
+
+def _normalise(t: FieldType, value: Any) -> Any:
+    if t is _FT.MSG:
+        return value if isinstance(value, Message) else _as_message(value)
+    if t is _FT.TIME:
+        return _as_time(value)
+    if t is _FT.PRICE:
+        return _as_price(value)
+    if t is _FT.OPAQUE and isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    if t.is_vector and isinstance(value, tuple):
+        value = list(value)
+    if t is _FT.VECTOR_MSG:
+        return [v if isinstance(v, Message) else _as_message(v) for v in value]
+    if t is _FT.VECTOR_TIME:
+        return [_as_time(v) for v in value]
+    if t is _FT.VECTOR_PRICE:
+        return [_as_price(v) for v in value]
+    return value
+
+
+def _as_message(value: Any) -> Message:
+    if isinstance(value, Message):
+        return value
+    if isinstance(value, Mapping):
+        return Message(value)
+    try:
+        return Message(value)
+    except (TypeError, ValueError):
+        raise EncodeError(
+            f"a MSG field needs a dict, an omnm.Message or a list of Fields, "
+            f"not {type(value).__name__}"
+        ) from None
+
+
+def _as_time(value: Any) -> Time:
+    if isinstance(value, Time):
+        return value
+    if isinstance(value, _dt.datetime):
+        try:
+            return Time.from_datetime(value)
+        except ValueError as exc:
+            raise EncodeError(str(exc)) from None
+    raise EncodeError(f"a TIME field needs an aware datetime or omnm.Time, not {value!r}")
+
+
+def _as_price(value: Any) -> Price:
+    if isinstance(value, Price):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return Price(float(value))  # what mamaPrice_setValue writes: valid, no precision
+    raise EncodeError(f"a PRICE field needs an omnm.Price or a number, not {value!r}")
+
+
+# ----------------------------------------------------------------------------- encoding
+def encode(message: FieldsLike) -> bytes:
+    """Encode an omnm message: a :class:`Message`, a ``dict`` (name -> value, types
+    inferred) or an iterable of :class:`Field`. Raises :class:`aoz.EncodeError`.
+
+    >>> encode({"x": 5}).hex()
+    '4f01000f0000780005'
+    """
+    buf = bytearray(HEADER)
+    _encode_into(buf, message, 0)
+    return bytes(buf)
+
+
+def _encode_into(buf: bytearray, message: FieldsLike, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise EncodeError(f"omnm messages nest at most {MAX_DEPTH} levels deep")
+    if isinstance(message, Message):
+        fields: Iterable[Field] = message.fields
+    elif isinstance(message, Mapping):
+        fields = (field_from_value(k, 0, v) for k, v in message.items())
+    else:
+        fields = message
+    for f in fields:
+        if not isinstance(f, Field):
+            raise EncodeError(f"an omnm message holds omnm.Field values, not {f!r}")
+        name, fid, t, value = f
+        if not name:
+            if not fid:
+                raise EncodeError(
+                    "an omnm field needs a name or a non-zero fid (OpenMAMA refuses both empty)"
+                )
+            name_b = b"\0"
+        elif isinstance(name, str):
+            name_b = name.encode("utf-8", "surrogateescape") + b"\0"
+            if b"\0" in name_b[:-1]:
+                raise EncodeError(f"field name {name!r} contains NUL, which ends names on the wire")
+        else:
+            raise EncodeError(f"a field name is a str or None, not {type(name).__name__}")
+        try:
+            buf += _HDR.pack(t, fid)
+        except (struct.error, TypeError):
+            raise EncodeError(
+                f"field {name!r}: fid must be an int in 0..65535 and type an omnm.FieldType, "
+                f"got fid={fid!r}, type={t!r}"
+            ) from None
+        buf += name_b
+        try:
+            s = _SCALAR_STRUCT.get(t)
+            if s is not None:
+                if isinstance(value, bool | int | float):
+                    buf += s.pack(value)
+                    continue
+                raise TypeError(f"needs a number, not {type(value).__name__}")
+            writer = _WRITERS.get(t)
+            if writer is None:
+                raise TypeError(f"{t!r} is not an omnm field type")
+            writer(buf, value, depth)
+        except (struct.error, TypeError, ValueError, OverflowError) as exc:
+            tn = t.name if isinstance(t, FieldType) else repr(t)
+            raise EncodeError(
+                f"field {name!r} ({tn}): cannot encode {value!r:.80}: {exc}"
+            ) from None
+
+
+def _w_bool(buf: bytearray, v: Any, depth: int) -> None:
+    buf += b"\x01" if v is True else b"\x00" if v is False else struct.pack("<b", v)
+
+
+def _char_byte(v: Any) -> int:
+    if isinstance(v, str) and len(v) == 1 and ord(v) < 256:
+        return ord(v)
+    raise ValueError("CHAR needs a 1-character str whose code point is below 256")
+
+
+def _w_char(buf: bytearray, v: Any, depth: int) -> None:
+    buf.append(_char_byte(v))
+
+
+def _text(v: Any) -> bytes:
+    if not isinstance(v, str):
+        raise TypeError(f"needs a str, not {type(v).__name__}")
+    b = v.encode("utf-8", "surrogateescape")
+    if b"\0" in b:
+        raise ValueError("omnm strings end at NUL, so they cannot contain one")
+    return b
+
+
+def _w_string(buf: bytearray, v: Any, depth: int) -> None:
+    b = _text(v)
+    buf += _U32.pack(len(b) + 1)
+    buf += b
+    buf.append(0)
+
+
+def _w_opaque(buf: bytearray, v: Any, depth: int) -> None:
+    if not isinstance(v, bytes | bytearray | memoryview):
+        raise TypeError(f"needs bytes, not {type(v).__name__}")
+    buf += _U32.pack(len(v))
+    buf += v
+
+
+def _time_bytes(v: Any) -> bytes:
+    t = _as_time(v)
+    if not 0 <= t.seconds <= _U32_MAX:
+        raise ValueError(
+            "OpenMAMA can only express TIME seconds in 0..4294967295 (1970..2106); "
+            "it writes garbage for others"
+        )
+    if not 0 <= t.microseconds < 1_000_000:
+        raise ValueError("TIME microseconds must be in 0..999999")
+    return _TIME.pack(t.seconds, t.microseconds * 1000, t.precision, t.hints)
+
+
+def _w_time(buf: bytearray, v: Any, depth: int) -> None:
+    buf += _time_bytes(v)
+
+
+def _w_price(buf: bytearray, v: Any, depth: int) -> None:
+    p = _as_price(v)
+    buf += _PRICE.pack(p.value, p.hints)
+
+
+def _w_msg(buf: bytearray, v: Any, depth: int) -> None:
+    inner = bytearray(HEADER)
+    _encode_into(inner, _as_message(v), depth + 1)
+    buf += _U32.pack(len(inner))
+    buf += inner
+
+
+def _vector_writer(fmt: str) -> Callable[[bytearray, Any, int], None]:
+    def write(buf: bytearray, v: Any, depth: int) -> None:
+        if not isinstance(v, list | tuple):
+            raise TypeError(f"a vector needs a list, not {type(v).__name__}")
+        body = struct.pack(f"<{len(v)}{fmt}", *v)
+        buf += _U32.pack(len(body))
+        buf += body
+
+    return write
+
+
+def _w_vbool(buf: bytearray, v: Any, depth: int) -> None:
+    inner = bytearray()
+    for x in v:
+        _w_bool(inner, x, depth)
+    buf += _U32.pack(len(inner))
+    buf += inner
+
+
+def _w_vchar(buf: bytearray, v: Any, depth: int) -> None:
+    body = bytes(_char_byte(c) for c in v)
+    buf += _U32.pack(len(body))
+    buf += body
+
+
+def _w_vstring(buf: bytearray, v: Any, depth: int) -> None:
+    if isinstance(v, str):
+        raise TypeError("VECTOR_STRING needs a list of str, not one str")
+    body = b"".join(_text(s) + b"\0" for s in v)
+    buf += _U32.pack(len(body))
+    buf += body
+
+
+def _w_vmsg(buf: bytearray, v: Any, depth: int) -> None:
+    inner = bytearray()
+    sizes = set()
+    for m in v:
+        one = bytearray(HEADER)
+        _encode_into(one, _as_message(m), depth + 1)
+        sizes.add(len(one))
+        inner += _U32.pack(len(one))
+        inner += one
+    if len(sizes) > 1:
+        warnings.warn(
+            "VECTOR_MSG elements of unequal encoded sizes: OpenMAMA's omnm reader reads every "
+            "element with the first one's length and misreads this vector (aoz reads it "
+            "correctly); pad the elements to one size or send them as separate MSG fields",
+            OpenMamaCompatWarning,
+            stacklevel=4,
+        )
+    buf += _U32.pack(len(inner))
+    buf += inner
+
+
+def _w_vtime(buf: bytearray, v: Any, depth: int) -> None:
+    body = b"".join(_time_bytes(t) for t in v)
+    buf += _U32.pack(len(body))
+    buf += body
+
+
+def _w_vprice(buf: bytearray, v: Any, depth: int) -> None:
+    body = b"".join(_PRICE.pack(p.value, p.hints) for p in map(_as_price, v))
+    buf += _U32.pack(len(body))
+    buf += body
+
+
+_WRITERS: Final[dict[FieldType, Callable[[bytearray, Any, int], None]]] = {
+    _FT.BOOL: _w_bool, _FT.CHAR: _w_char, _FT.STRING: _w_string, _FT.OPAQUE: _w_opaque,
+    _FT.TIME: _w_time, _FT.PRICE: _w_price, _FT.MSG: _w_msg,
+    _FT.VECTOR_BOOL: _w_vbool, _FT.VECTOR_CHAR: _w_vchar, _FT.VECTOR_STRING: _w_vstring,
+    _FT.VECTOR_MSG: _w_vmsg, _FT.VECTOR_TIME: _w_vtime, _FT.VECTOR_PRICE: _w_vprice,
+    **{t: _vector_writer(f) for t, f in _VECTOR_FMT.items()},
+}
+
+
+# ----------------------------------------------------------------------------- decoding
+def decode(data: bytes | bytearray | memoryview) -> Message:
+    """Decode omnm bytes into a :class:`Message`; raises :class:`aoz.DecodeError` if malformed.
+
+    Values are what OpenMAMA programs read (see the module docs for TIME hints).
+
+    >>> decode(bytes.fromhex("4f01000f0000780005"))["x"]
+    5
+    """
+    buf = bytes(data)
+    return _decode(buf, 0, len(buf), 0)
+
+
+def _fail(msg: str) -> DecodeError:
+    return DecodeError(f"invalid omnm payload: {msg}", what="omnm payload")
+
+
+def _decode(buf: bytes, pos: int, end: int, depth: int) -> Message:
+    if depth > MAX_DEPTH:
+        raise _fail(f"messages nested more than {MAX_DEPTH} deep")
+    if end - pos < 3 or buf[pos] != 0x4F:
+        raise _fail("an omnm message starts with 'O' 0x01 <header size>")
+    if buf[pos + 1] != 1:
+        raise _fail(f"wire version {buf[pos + 1]} (aoz reads version 1)")
+    pos += 3 + buf[pos + 2]
+    if pos > end:
+        raise _fail("header longer than the message")
+    fields: list[Field] = []
+    append = fields.append
+    while pos < end:
+        if end - pos < 4:
+            raise _fail(f"truncated field header at byte {pos}")
+        t = _BY_ID[buf[pos]]
+        if t is None:
+            raise _fail(f"unknown field type {buf[pos]} at byte {pos}")
+        fid = buf[pos + 1] | buf[pos + 2] << 8
+        nul = buf.find(b"\0", pos + 3, end)
+        if nul < 0:
+            raise _fail(f"field name at byte {pos + 3} has no NUL")
+        name = buf[pos + 3 : nul].decode("utf-8", "surrogateescape") if nul > pos + 3 else None
+        pos = nul + 1
+        s = _SCALAR_STRUCT.get(t)
+        if s is not None:
+            nxt = pos + s.size
+            if nxt > end:
+                raise _fail(f"{t.name} field {name!r} truncated")
+            append(Field(name, fid, t, s.unpack_from(buf, pos)[0]))
+            pos = nxt
+            continue
+        value, pos = _READERS[t](buf, pos, end, depth, t)
+        append(Field(name, fid, t, value))
+    return Message._of(fields)
+
+
+def _sized(buf: bytes, pos: int, end: int, t: FieldType) -> tuple[int, int]:
+    if end - pos < 4:
+        raise _fail(f"{t.name} length truncated at byte {pos}")
+    n = _U32.unpack_from(buf, pos)[0]
+    pos += 4
+    if n > end - pos:
+        raise _fail(f"{t.name} of {n} bytes overruns its message at byte {pos}")
+    return pos, pos + n
+
+
+def _fixed(buf: bytes, pos: int, end: int, size: int, t: FieldType) -> int:
+    if end - pos < size:
+        raise _fail(f"{t.name} truncated at byte {pos}")
+    return pos + size
+
+
+def _bool_of(b: int) -> bool | int:
+    return True if b == 1 else False if b == 0 else b - 256 if b > 127 else b
+
+
+def _r_bool(buf: bytes, pos: int, end: int, depth: int, t: FieldType) -> tuple[Any, int]:
+    nxt = _fixed(buf, pos, end, 1, t)
+    return _bool_of(buf[pos]), nxt
+
+
+def _r_char(buf: bytes, pos: int, end: int, depth: int, t: FieldType) -> tuple[Any, int]:
+    nxt = _fixed(buf, pos, end, 1, t)
+    return chr(buf[pos]), nxt
+
+
+def _r_string(buf: bytes, pos: int, end: int, depth: int, t: FieldType) -> tuple[Any, int]:
+    start, nxt = _sized(buf, pos, end, t)
+    if nxt == start or buf[nxt - 1] != 0:
+        raise _fail(f"STRING at byte {start} does not end with NUL")
+    # OpenMAMA hands out a C string: the text ends at the first NUL.
+    stop = buf.find(b"\0", start, nxt)
+    return buf[start:stop].decode("utf-8", "surrogateescape"), nxt
+
+
+def _r_opaque(buf: bytes, pos: int, end: int, depth: int, t: FieldType) -> tuple[Any, int]:
+    start, nxt = _sized(buf, pos, end, t)
+    return buf[start:nxt], nxt
+
+
+def _time_at(buf: bytes, pos: int) -> Time:
+    seconds, nanos, precision, hints = _TIME.unpack_from(buf, pos)
+    if nanos >= 1_000_000_000:
+        raise _fail(f"TIME at byte {pos} has {nanos} nanoseconds (over one second)")
+    # OpenMAMA's reader (mamaDateTime_setWithHints) adds HAS_DATE past one day.
+    if (seconds & _U32_MAX) > 86400:
+        hints |= Time.HAS_DATE
+    return Time(seconds, nanos // 1000, precision, hints)
+
+
+def _r_time(buf: bytes, pos: int, end: int, depth: int, t: FieldType) -> tuple[Any, int]:
+    nxt = _fixed(buf, pos, end, 32, t)
+    return _time_at(buf, pos), nxt
+
+
+def _r_price(buf: bytes, pos: int, end: int, depth: int, t: FieldType) -> tuple[Any, int]:
+    nxt = _fixed(buf, pos, end, 16, t)
+    value, hints = _PRICE.unpack_from(buf, pos)
+    return Price(value, hints), nxt
+
+
+def _r_msg(buf: bytes, pos: int, end: int, depth: int, t: FieldType) -> tuple[Any, int]:
+    start, nxt = _sized(buf, pos, end, t)
+    return _decode(buf, start, nxt, depth + 1), nxt
+
+
+def _vector_reader(fmt: str) -> Callable[[bytes, int, int, int, FieldType], tuple[Any, int]]:
+    size = struct.calcsize(fmt)
+
+    def read(buf: bytes, pos: int, end: int, depth: int, t: FieldType) -> tuple[Any, int]:
+        start, nxt = _sized(buf, pos, end, t)
+        n, rest = divmod(nxt - start, size)
+        if rest:
+            raise _fail(f"{t.name} of {nxt - start} bytes is not a whole number of elements")
+        return list(struct.unpack_from(f"<{n}{fmt}", buf, start)), nxt
+
+    return read
+
+
+def _r_vbool(buf: bytes, pos: int, end: int, depth: int, t: FieldType) -> tuple[Any, int]:
+    start, nxt = _sized(buf, pos, end, t)
+    return [_bool_of(b) for b in buf[start:nxt]], nxt
+
+
+def _r_vchar(buf: bytes, pos: int, end: int, depth: int, t: FieldType) -> tuple[Any, int]:
+    start, nxt = _sized(buf, pos, end, t)
+    return [chr(b) for b in buf[start:nxt]], nxt
+
+
+def _r_vstring(buf: bytes, pos: int, end: int, depth: int, t: FieldType) -> tuple[Any, int]:
+    start, nxt = _sized(buf, pos, end, t)
+    if nxt == start:
+        return [], nxt
+    if buf[nxt - 1] != 0:
+        raise _fail(f"VECTOR_STRING at byte {start} does not end with NUL")
+    parts = buf[start : nxt - 1].split(b"\0")
+    return [p.decode("utf-8", "surrogateescape") for p in parts], nxt
+
+
+def _r_vmsg(buf: bytes, pos: int, end: int, depth: int, t: FieldType) -> tuple[Any, int]:
+    start, nxt = _sized(buf, pos, end, t)
+    out = []
+    p = start
+    while p < nxt:
+        s, e = _sized(buf, p, nxt, t)
+        out.append(_decode(buf, s, e, depth + 1))
+        p = e
+    return out, nxt
+
+
+def _r_vtime(buf: bytes, pos: int, end: int, depth: int, t: FieldType) -> tuple[Any, int]:
+    start, nxt = _sized(buf, pos, end, t)
+    if (nxt - start) % 32:
+        raise _fail(f"VECTOR_TIME of {nxt - start} bytes is not a whole number of 32-byte TIMEs")
+    return [_time_at(buf, p) for p in range(start, nxt, 32)], nxt
+
+
+def _r_vprice(buf: bytes, pos: int, end: int, depth: int, t: FieldType) -> tuple[Any, int]:
+    start, nxt = _sized(buf, pos, end, t)
+    if (nxt - start) % 16:
+        raise _fail(f"VECTOR_PRICE of {nxt - start} bytes is not a whole number of PRICEs")
+    return [Price(*_PRICE.unpack_from(buf, p)) for p in range(start, nxt, 16)], nxt
+
+
+_Reader = Callable[[bytes, int, int, int, FieldType], tuple[Any, int]]
+_READERS: Final[dict[FieldType, _Reader]] = {
+    _FT.BOOL: _r_bool, _FT.CHAR: _r_char, _FT.STRING: _r_string, _FT.OPAQUE: _r_opaque,
+    _FT.TIME: _r_time, _FT.PRICE: _r_price, _FT.MSG: _r_msg,
+    _FT.VECTOR_BOOL: _r_vbool, _FT.VECTOR_CHAR: _r_vchar, _FT.VECTOR_STRING: _r_vstring,
+    _FT.VECTOR_MSG: _r_vmsg, _FT.VECTOR_TIME: _r_vtime, _FT.VECTOR_PRICE: _r_vprice,
+    **{t: _vector_reader(f) for t, f in _VECTOR_FMT.items()},
+}

@@ -1,0 +1,277 @@
+"""omnm's value model: field types, TIME and PRICE values, fields and messages. Pure."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import enum
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, ClassVar, NamedTuple, TypeAlias
+
+import msgspec
+
+__all__ = [
+    "Field",
+    "FieldType",
+    "Message",
+    "OpenMamaCompatWarning",
+    "Price",
+    "Time",
+    "Typed",
+]
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+_U32_MAX = 0xFFFF_FFFF
+
+
+class OpenMamaCompatWarning(UserWarning):
+    """A message aoz can write and read, but that OpenMAMA programs would misread."""
+
+
+class FieldType(enum.IntEnum):
+    """The type byte of an omnm field: OpenMAMA's ``MAMA_FIELD_TYPE_*`` numbers."""
+
+    MSG = 1
+    OPAQUE = 7
+    STRING = 8
+    BOOL = 9
+    CHAR = 10
+    I8 = 14
+    U8 = 15
+    I16 = 16
+    U16 = 17
+    I32 = 18
+    U32 = 19
+    I64 = 20
+    U64 = 21
+    F32 = 24
+    F64 = 25
+    TIME = 26
+    PRICE = 27
+    VECTOR_BOOL = 29
+    VECTOR_CHAR = 30
+    VECTOR_I8 = 34
+    VECTOR_U8 = 35
+    VECTOR_I16 = 36
+    VECTOR_U16 = 37
+    VECTOR_I32 = 38
+    VECTOR_U32 = 39
+    VECTOR_I64 = 40
+    VECTOR_U64 = 41
+    VECTOR_F32 = 44
+    VECTOR_F64 = 45
+    VECTOR_STRING = 46
+    VECTOR_MSG = 47
+    VECTOR_TIME = 48
+    VECTOR_PRICE = 49
+
+    @property
+    def is_vector(self) -> bool:
+        """True for the ``VECTOR_*`` types (their values are lists)."""
+        return self.value >= 29
+
+
+class Time(msgspec.Struct, frozen=True):
+    """An OpenMAMA ``mamaDateTime`` as omnm carries it (a TIME field).
+
+    ``seconds`` since the Unix epoch (or since midnight when ``hints`` lacks HAS_DATE),
+    ``microseconds`` (omnm keeps no finer digits), ``precision`` (OpenMAMA's
+    ``mamaDateTimePrecision``: 6 = microseconds, 15 = unknown) and ``hints`` (bit 1
+    HAS_DATE, bit 2 HAS_TIME). OpenMAMA writers only express seconds in 0..2**32-1.
+
+    >>> Time.from_datetime(_dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=_dt.UTC))
+    Time(seconds=1700000000, microseconds=0, precision=6, hints=3)
+    """
+
+    seconds: int
+    microseconds: int = 0
+    precision: int = 6
+    hints: int = 3
+
+    HAS_DATE: ClassVar[int] = 1
+    HAS_TIME: ClassVar[int] = 2
+
+    @classmethod
+    def from_datetime(cls, value: _dt.datetime) -> Time:
+        """A TIME with microsecond precision and date+time hints, from an aware datetime.
+
+        A naive datetime is refused (omnm carries no time zone, so local time would be
+        silently read as UTC by the other side).
+        """
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(
+                f"{value!r} has no time zone; omnm TIME is UTC, so pass an aware datetime "
+                "(datetime.now(timezone.utc), dt.replace(tzinfo=timezone.utc), ...)"
+            )
+        delta = value - _EPOCH
+        seconds = delta.days * 86400 + delta.seconds
+        return cls(seconds, delta.microseconds, 6, cls.HAS_DATE | cls.HAS_TIME)
+
+    def to_datetime(self) -> _dt.datetime:
+        """The instant as an aware UTC datetime (seconds count from the epoch)."""
+        return _EPOCH + _dt.timedelta(seconds=self.seconds, microseconds=self.microseconds)
+
+
+class Price(msgspec.Struct, frozen=True):
+    """An OpenMAMA ``mamaPrice`` as omnm carries it (a PRICE field).
+
+    ``hints``: low 5 bits the ``mamaPricePrecision`` (2 = hundredths, 16 = integer,
+    19 = eighths...), bit 0x20 "valid price". omnm drops the currency.
+
+    >>> Price(123.45, 2).precision
+    2
+    """
+
+    value: float
+    hints: int = 0x20
+
+    VALID: ClassVar[int] = 0x20
+
+    @property
+    def precision(self) -> int:
+        """OpenMAMA's ``mamaPricePrecision``: the low 5 bits of ``hints``."""
+        return self.hints & 0x1F
+
+
+class Field(NamedTuple):
+    """One omnm field: ``name`` (``None`` when sent without one), ``fid``, ``type``, ``value``.
+
+    Values by type: BOOL ``bool`` (other byte values as ``int``), CHAR a 1-character
+    ``str``, integers ``int``, F32/F64 ``float``, STRING ``str``, OPAQUE ``bytes``,
+    TIME :class:`Time`, PRICE :class:`Price`, MSG :class:`Message`, vectors ``list``.
+
+    >>> Field("qty", 12, FieldType.U32, 100)
+    Field(name='qty', fid=12, type=<FieldType.U32: 19>, value=100)
+    """
+
+    name: str | None
+    fid: int
+    type: FieldType
+    value: Any
+
+
+class Typed(NamedTuple):
+    """A value with its omnm type fixed, for dicts and :meth:`Message.add`.
+
+    >>> encode({"qty": Typed(FieldType.I64, 100)})[-8:]  # doctest: +SKIP
+    """
+
+    type: FieldType
+    value: Any
+
+
+FieldsLike: TypeAlias = "Message | Mapping[str, Any] | Iterable[Field]"
+
+
+class Message:
+    """An omnm message: fields in wire order; duplicate names and fids allowed.
+
+    Lookups return the FIRST matching field, as OpenMAMA's getters do: ``msg["bid"]``
+    by name, ``msg[22]`` by fid (an ``int`` key is always a fid). Iteration yields
+    every :class:`Field`, in order.
+
+    >>> m = Message({"symbol": "IBM", "bid": 135.25})
+    >>> m.add("qty", 100, fid=12, type=FieldType.U32)["qty"], m[12], m.field("bid").type
+    (100, 100, <FieldType.F64: 25>)
+    """
+
+    __slots__ = ("fields",)
+
+    fields: list[Field]
+
+    def __init__(self, fields: FieldsLike | None = None) -> None:
+        if fields is None:
+            self.fields = []
+        elif isinstance(fields, Message):
+            self.fields = list(fields.fields)
+        elif isinstance(fields, Mapping):
+            from ._codec import field_from_value
+
+            self.fields = [field_from_value(k, 0, v) for k, v in fields.items()]
+        else:
+            self.fields = [f if isinstance(f, Field) else Field(*f) for f in fields]
+
+    @classmethod
+    def _of(cls, fields: list[Field]) -> Message:
+        # the decoder's constructor: the fields are already checked Field values
+        m = cls.__new__(cls)
+        m.fields = fields
+        return m
+
+    def add(
+        self, name: str | None, value: Any, *, fid: int = 0, type: FieldType | None = None
+    ) -> Message:
+        """Append a field; its type is inferred from ``value`` unless ``type`` is given.
+
+        Returns the message, so calls chain.
+        """
+        from ._codec import field_from_value
+
+        v = value if type is None else Typed(type, value)
+        self.fields.append(field_from_value(name, fid, v))
+        return self
+
+    def field(self, key: str | int) -> Field | None:
+        """The first field named ``key`` (``str``) or with fid ``key`` (``int``), or None."""
+        if isinstance(key, str):
+            for f in self.fields:
+                if f.name == key:
+                    return f
+        else:
+            for f in self.fields:
+                if f.fid == key:
+                    return f
+        return None
+
+    def get(self, key: str | int, default: Any = None) -> Any:
+        """The value of the first field matching ``key`` (see :meth:`field`), or ``default``."""
+        f = self.field(key)
+        return default if f is None else f.value
+
+    def __getitem__(self, key: str | int) -> Any:
+        f = self.field(key)
+        if f is None:
+            raise KeyError(key)
+        return f.value
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str | int) and self.field(key) is not None
+
+    def __iter__(self) -> Iterator[Field]:
+        return iter(self.fields)
+
+    def __len__(self) -> int:
+        return len(self.fields)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return self.fields == other.fields
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values by name (first field wins; nameless fields keyed by their fid).
+
+        Nested messages become dicts too; TIME/PRICE stay :class:`Time`/:class:`Price`.
+        """
+        out: dict[str, Any] = {}
+        for f in self.fields:
+            key = f.name if f.name else str(f.fid)
+            if key not in out:
+                out[key] = _plain(f.value)
+        return out
+
+    def __repr__(self) -> str:
+        inner = ", ".join(
+            f"{f.name if f.name is not None else '#' + str(f.fid)}:{f.type.name}={f.value!r}"
+            for f in self.fields
+        )
+        return f"omnm.Message({inner})"
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Message):
+        return value.to_dict()
+    if isinstance(value, list) and value and isinstance(value[0], Message):
+        return [m.to_dict() for m in value]
+    return value
