@@ -7,7 +7,7 @@ almost nothing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, Protocol, TypeVar, overload
 
 import msgspec
 
@@ -15,12 +15,15 @@ from .errors import AozError
 from .protocol.codecs import Codec, decode_payload, split_payload
 from .protocol.frames import Kind
 
-if TYPE_CHECKING:
-    from .node import Node
-
-__all__ = ["Message"]
+__all__ = ["Message", "Responder"]
 
 T = TypeVar("T")
+
+class Responder(Protocol):
+    """What a message answers through (the node that received it)."""
+
+    async def respond_to(self, handle: str, data: object, codec: Codec | None) -> None: ...
+
 
 # payload ids below this are aoz codecs (see aoz.protocol.codecs.Codec)
 _KNOWN_IDS = max(c.value for c in Codec) + 1
@@ -48,7 +51,7 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False):
     kind: Kind
     reply: str | None
     received_at: float
-    _node: Node | None
+    _node: Responder | None
     _subject: str | None = None
 
     @property
@@ -113,7 +116,7 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False):
             )
         if self._node is None:
             raise AozError("this message is not attached to a node, so it cannot be answered")
-        await self._node._respond(self.reply, data, codec)
+        await self._node.respond_to(self.reply, data, codec)
 
     def __repr__(self) -> str:
         size = len(self._frame) - self._start

@@ -3,9 +3,13 @@
 :class:`Mailbox` is the one queue type aoz uses between its receive task and user
 code: a deque with a hard limit, an overflow policy (``drop_newest`` keeps what is
 queued and discards the arrival; ``drop_oldest`` discards the head to make room),
-drop counters, and at most one waiter future. The producer never blocks and never
+drop counters, and a FIFO of waiting consumers. The producer never blocks and never
 awaits; a consumer that is cancelled while waiting loses nothing, because items
 only leave the deque when a consumer takes them.
+
+Several tasks may consume one mailbox at once (``async for`` in two tasks over the
+same subscription): each message goes to exactly one of them, in arrival order,
+like a queue shared by workers. Closing wakes every one of them.
 
 :class:`Subscription` is a mailbox of :class:`~aoz.message.Message` bound to a
 subject pattern; it is an async iterator and an async context manager.
@@ -52,7 +56,7 @@ class Mailbox(Generic[T]):
         "_limit",
         "_on_close",
         "_queue",
-        "_waiter",
+        "_waiters",
         "drop_oldest",
         "dropped",
         "overflow",
@@ -69,7 +73,7 @@ class Mailbox(Generic[T]):
         self._limit = limit
         self.overflow: Overflow = overflow
         self.drop_oldest = overflow == "drop_oldest"
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
         self._error: BaseException | None = None
         self._on_close = on_close
@@ -86,17 +90,22 @@ class Mailbox(Generic[T]):
                 return
             q.popleft()
         q.append(item)
-        w = self._waiter
-        if w is not None:
-            self._waiter = None
+        if self._waiters:
+            self._wake_one()
+
+    def _wake_one(self) -> None:
+        waiters = self._waiters
+        while waiters:
+            w = waiters.popleft()
             if not w.done():
                 w.set_result(None)
+                return
 
-    def _wake(self) -> None:
-        w = self._waiter
-        self._waiter = None
-        if w is not None and not w.done():
-            w.set_result(None)
+    def _wake_all(self) -> None:
+        waiters, self._waiters = self._waiters, deque()
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
 
     def close(self, error: BaseException | None = None) -> None:
         """End iteration. With ``error``, consumers get that exception instead of the end."""
@@ -105,7 +114,7 @@ class Mailbox(Generic[T]):
         self._closed = True
         self._error = error
         self._queue.clear()
-        self._wake()
+        self._wake_all()
         cb, self._on_close = self._on_close, None
         if cb is not None:
             cb()
@@ -121,12 +130,20 @@ class Mailbox(Generic[T]):
     # -- consumer side -----------------------------------------------------------------------
     async def _wait(self) -> None:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiter = fut
+        self._waiters.append(fut)
         try:
             await fut
-        finally:
-            if self._waiter is fut:
-                self._waiter = None
+        except BaseException:
+            # Woken and cancelled in the same turn: pass the wake-up on, so the item
+            # it announced does not sit in the queue while another consumer waits.
+            if fut.done() and not fut.cancelled() and self._queue:
+                self._wake_one()
+            else:
+                try:
+                    self._waiters.remove(fut)
+                except ValueError:
+                    pass
+            raise
 
     def _ended(self) -> BaseException:
         return self._error if self._error is not None else StopAsyncIteration()

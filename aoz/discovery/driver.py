@@ -11,7 +11,7 @@ Sockets (SPEC §5): a naming SUB subscribed to ``_NAMING`` and connected to ever
 in ``settings.naming`` (ZeroMQ reconnects it every ``reconnect_interval`` and notices
 a dead nsd through heartbeats), and a naming PUB connected to the XSUB endpoint named
 by each welcome. Everything the state machine decides is applied to the node's
-:class:`~aoz.node.DataLinks`. Malformed naming input is counted and dropped.
+:class:`~aoz.discovery.links.DataLinks`. Malformed naming input is counted and dropped.
 
 :class:`DriverCore` holds what the naming and UDP drivers share: the peer table,
 counters, the tick loop and how actions are applied.
@@ -50,7 +50,7 @@ from .state import (
 )
 
 if TYPE_CHECKING:
-    from ..node import DataLinks
+    from .links import DataLinks
 
 __all__ = ["DriverCore", "NamingDriver"]
 

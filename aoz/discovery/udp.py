@@ -35,7 +35,7 @@ from ..protocol.naming import NamingFrame, NamingType, decode_beacon, encode_bea
 from .driver import DriverCore
 
 if TYPE_CHECKING:
-    from ..node import DataLinks
+    from .links import DataLinks
 
 __all__ = ["UdpDriver", "decode_datagram"]
 

@@ -25,14 +25,20 @@ import re
 from typing import Final, NamedTuple
 
 from ..errors import DecodeError, SubjectError
+from .subjects import MAX_SUBJECT
 
 __all__ = [
     "HANDLE_LEN",
+    "INBOX_FILTER_LEN",
     "INBOX_PREFIX",
     "MAX_SUBJECT",
+    "UUID_PATTERN",
     "Frame",
     "Kind",
     "decode_frame",
+    "inbox_of",
+    "is_uuid",
+    "publish_subject_end",
     "encode_publish",
     "encode_reply",
     "encode_request",
@@ -51,8 +57,6 @@ class Kind(enum.IntEnum):
     REPLY = 3
 
 
-#: longest subject, in bytes
-MAX_SUBJECT: Final = 256
 #: length of a reply handle, in bytes
 HANDLE_LEN: Final = 60
 #: every reply handle (and inbox subject) starts with this
@@ -61,10 +65,10 @@ INBOX_PREFIX: Final = b"_INBOX."
 _UUID_LEN: Final = 36
 _SERIAL_HEX: Final = 16
 _MAX_SERIAL: Final = 2**64 - 1
-_UUID_RE: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-_HANDLE_RE: Final = re.compile(
-    rb"_INBOX\.([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.([0-9a-f]{16})"
-)
+#: the one uuid rule of the protocol: 36 lowercase hex characters with hyphens
+UUID_PATTERN: Final = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_UUID_RE: Final = re.compile(UUID_PATTERN)
+_HANDLE_RE: Final = re.compile(rb"_INBOX\.(%s)\.([0-9a-f]{16})" % UUID_PATTERN.encode())
 
 _PUBLISH_TAIL: Final = b"\x00\x01\x00"
 _REQUEST_MID: Final = b"\x00\x02"
@@ -73,6 +77,44 @@ _NUL: Final = 0
 _T_PUBLISH: Final = 1
 _T_REQUEST: Final = 2
 _T_REPLY: Final = 3
+
+
+#: length of an inbox filter ``_INBOX.<uuid>`` (a reply handle without ``.<serial>``)
+INBOX_FILTER_LEN: Final = len(INBOX_PREFIX) + _UUID_LEN
+
+
+def is_uuid(text: str) -> bool:
+    """Whether ``text`` is a node uuid as the protocol writes it (lowercase, hyphenated).
+
+    >>> is_uuid("3669840e-d043-11ea-adc2-fcaa146e6b01"), is_uuid("x")
+    (True, False)
+    """
+    return _UUID_RE.fullmatch(text) is not None
+
+
+def publish_subject_end(frame: bytes) -> int:
+    """The hot path's parser: the subject's length if ``frame`` is a well-formed publish
+    frame (SPEC §1), else -1 (then :func:`decode_frame` says what the frame is).
+
+    It agrees with :func:`decode_frame` on every input (a hypothesis property checks
+    it) at the cost of one ``find`` and one ``startswith``.
+
+    >>> publish_subject_end(b"A.B\x00\x01\x00hi"), publish_subject_end(b"A\x00\x02")
+    (3, -1)
+    """
+    end = frame.find(b"\x00", 1, MAX_SUBJECT + 1)
+    if end > 0 and frame.startswith(_PUBLISH_TAIL, end):
+        return end
+    return -1
+
+
+def inbox_of(handle: bytes) -> bytes:
+    """The inbox filter (``_INBOX.<uuid>``) that a reply handle is routed by.
+
+    >>> inbox_of(b"_INBOX.3669840e-d043-11ea-adc2-fcaa146e6b01.000000000000000a")
+    b'_INBOX.3669840e-d043-11ea-adc2-fcaa146e6b01'
+    """
+    return handle[:INBOX_FILTER_LEN]
 
 
 class Frame(NamedTuple):
@@ -193,7 +235,7 @@ def encode_reply(handle: bytes, payload: bytes) -> bytes:
 
 
 def _check_uuid(node_uuid: str) -> None:
-    if not isinstance(node_uuid, str) or _UUID_RE.fullmatch(node_uuid) is None:
+    if not isinstance(node_uuid, str) or not is_uuid(node_uuid):
         raise SubjectError(
             f"node uuid {node_uuid!r} must be {_UUID_LEN} lowercase hex characters with "
             "hyphens, e.g. str(uuid.uuid4())",

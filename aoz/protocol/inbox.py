@@ -12,12 +12,12 @@ from __future__ import annotations
 from typing import Generic, TypeVar
 
 from ..errors import DecodeError
+from .frames import HANDLE_LEN, inbox_subject, parse_handle
 
 __all__ = ["InboxTable"]
 
 W = TypeVar("W")
 
-_SERIAL_HEX = 16
 _MAX_SERIAL = 2**64 - 1
 
 
@@ -32,12 +32,14 @@ class InboxTable(Generic[W]):
     'waiter'
     """
 
-    __slots__ = ("_deadlines", "_entries", "_next", "prefix", "prefix_len")
+    __slots__ = ("_deadlines", "_entries", "_next", "filter", "prefix", "uuid")
 
     def __init__(self, node_uuid: str) -> None:
+        self.uuid = node_uuid
+        #: the data-SUB filter that receives this node's replies (43 bytes)
+        self.filter = inbox_subject(node_uuid)
         #: every reply handle of this node starts with this (44 bytes)
-        self.prefix = f"_INBOX.{node_uuid}.".encode()
-        self.prefix_len = len(self.prefix)
+        self.prefix = self.filter + b"."
         self._next = 1
         self._entries: dict[int, W] = {}
         self._deadlines: dict[int, float] = {}
@@ -48,20 +50,17 @@ class InboxTable(Generic[W]):
         self._next = 1 if serial >= _MAX_SERIAL else serial + 1
         self._entries[serial] = waiter
         self._deadlines[serial] = deadline
+        # make_handle's format, without re-validating our own uuid per request
         return serial, self.prefix + b"%016x" % serial
 
     def serial_of(self, subject: bytes) -> int:
-        """The serial named by a reply subject of this inbox; DecodeError otherwise."""
-        if len(subject) != self.prefix_len + _SERIAL_HEX or not subject.startswith(self.prefix):
+        """The serial named by a reply subject of this inbox; DecodeError otherwise.
+
+        One parser for handles, :func:`aoz.protocol.frames.parse_handle`, decides.
+        """
+        if len(subject) != HANDLE_LEN or not subject.startswith(self.prefix):
             raise DecodeError("reply subject is not a handle of this inbox", what="reply handle")
-        tail = subject[self.prefix_len :]
-        try:
-            if tail != tail.lower():
-                raise ValueError
-            return int(tail, 16)
-        except ValueError:
-            raise DecodeError("reply handle serial is not 16 lowercase hex digits",
-                              what="reply handle") from None
+        return parse_handle(subject)[1]
 
     def lookup(self, serial: int) -> W | None:
         return self._entries.get(serial)

@@ -39,6 +39,7 @@ from enum import Enum
 from typing import NamedTuple
 
 from ..errors import DecodeError, EncodeError
+from .frames import is_uuid as is_protocol_uuid
 
 __all__ = [
     "BEACON_SIZE",
@@ -233,18 +234,17 @@ def decode_beacon(data: bytes) -> tuple[NamingFrame, bytes]:
 
 # ---------------------------------------------------------------- validation
 
-_HEX = "[0-9a-fA-F]"
-_UUID_RE = re.compile(f"{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}")
 _TCP_RE = re.compile(r"tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):([0-9]{1,5})")
 
 
 def is_uuid(text: str) -> bool:
-    """Whether ``text`` is a hyphenated 36-character uuid.
+    """Whether ``text`` is a hyphenated 36-character uuid (either case: other OZ
+    implementations may write uppercase hex; the rule is :func:`frames.is_uuid`'s).
 
     >>> is_uuid("3669840e-d043-11ea-adc2-fcaa146e6b01"), is_uuid("x")
     (True, False)
     """
-    return _UUID_RE.fullmatch(text) is not None
+    return is_protocol_uuid(text.lower())
 
 
 def is_tcp_endpoint(text: str) -> bool:

@@ -62,7 +62,7 @@ async def test_cancelling_the_owner_closes_the_node() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert holder[0].closed
-    assert holder[0]._pub is not None and holder[0]._pub.closed
+    assert holder[0]._plane.closed
 
 
 async def test_cancelled_async_for_loses_no_message(
@@ -116,7 +116,8 @@ async def test_malformed_frames_are_counted_and_dropped() -> None:
 async def test_bytes_on_the_wire_match_the_spec() -> None:
     ctx = zmq.asyncio.Context.instance()
     raw = ctx.socket(zmq.SUB)
-    raw.setsockopt(zmq.SUBSCRIBE, b"")
+    # a subject filter, not b"": a catch-all subscriber is not a responder (NoResponders)
+    raw.setsockopt(zmq.SUBSCRIBE, b"MD.")
     try:
         async with aoz.connect(bind=["tcp://127.0.0.1:*"]) as node:
             raw.connect(node.endpoint)

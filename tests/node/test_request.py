@@ -112,7 +112,7 @@ async def test_cancelled_request_leaks_no_inbox_entry(
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert len(a._inbox) == 0
+        assert len(a._requests) == 0
         await req.respond(b"too late")
         # a later request still works and gets its own reply, not the stale one
         t2 = asyncio.create_task(a.request("svc.slow", b"2", timeout=5))
@@ -120,4 +120,4 @@ async def test_cancelled_request_leaks_no_inbox_entry(
         assert req2.data == b"2"
         await req2.respond(b"fresh")
         assert (await t2).data == b"fresh"
-    assert len(a._inbox) == 0
+    assert len(a._requests) == 0

@@ -1,0 +1,504 @@
+"""The data plane: a node's ZeroMQ sockets, their readers and its peer links.
+
+This is the only module of the node that imports zmq, and the one place where
+``zmq.ZMQError`` becomes an aoz error (:func:`_mapped`).
+
+Sockets, as in OZ: an XPUB that this node's frames leave from (bound; peers' SUBs
+connect to it) and a SUB that connects to every peer's publisher, this node's own
+included (self-delivery). It is an XPUB so that the node sees which filters have
+reached it (:class:`~aoz.interest.InterestSet`). In naming and UDP modes a monitor on
+the SUB tells which peer links are up; with CURVE and an allow-list a ZAP socket
+answers authentication requests.
+
+How a frame flows from the socket to ``async for``: ZeroMQ exposes a file descriptor
+that signals "look at ZMQ_EVENTS"; the loop watches it with ``add_reader`` and the
+callback drains up to ``_BATCH`` frames with non-blocking ``recv`` calls, in the same
+loop turn (no task hop). For each frame the protocol's hot-path parser
+(:func:`~aoz.protocol.frames.publish_subject_end`) finds the subject of a publish
+frame, the routing table's cache (:class:`~aoz.routing.RoutingTable`) gives the
+subscriptions it goes to, and one :class:`~aoz.message.Message` is pushed into each
+one's bounded queue, where a waiting ``async for`` wakes up. Every other frame
+(requests, replies, malformed input) takes the slow path through
+:func:`~aoz.protocol.frames.decode_frame`. The descriptor is edge-like: any socket
+call may consume its signal, so calls that touch a socket are followed by a kick
+that re-runs the drain, and sockets that are also written to have a safety re-run.
+
+Failures are not swallowed: an exception in a drain callback (other than a closed
+socket while closing) ends the reader task with it, which fails the node; the node
+then ends every subscription with an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import cast
+
+import anyio
+import zmq
+from zmq.utils.monitor import parse_monitor_message
+
+from .config import Settings
+from .errors import AozError, ConfigError, TransportError
+from .interest import InterestSet
+from .message import Message, Responder
+from .protocol.frames import Kind, decode_frame, publish_subject_end
+from .routing import RoutingTable
+from .security import ZAP_ENDPOINT, keypair, zap_reply
+from .subscription import Subscription
+
+__all__ = ["DataPlane", "connectable"]
+
+log = logging.getLogger("aoz.node")
+
+_BATCH = 1024  # frames drained per wake-up before other callbacks run
+_COPY_THRESHOLD = 65536  # larger frames are sent zero-copy
+_DISCONNECT_GRACE = 0.5  # seconds a departed peer's data link may still drain
+
+
+@contextmanager
+def _mapped(what: str) -> Iterator[None]:
+    """Translate ZeroMQ's errors into aoz's, once, at the edge."""
+    try:
+        yield
+    except zmq.ZMQError as exc:
+        if exc.errno == zmq.EINVAL:
+            raise ConfigError(f"{what}: ZeroMQ rejected a value ({exc}); check the settings") \
+                from exc
+        raise TransportError(f"{what}: {exc}") from exc
+
+
+def connectable(endpoint: str) -> str:
+    """A bound wildcard address (tcp://0.0.0.0:5556) as an address to connect to."""
+    return endpoint.replace("//0.0.0.0:", "//127.0.0.1:").replace("//[::]:", "//[::1]:")
+
+
+class DataPlane:
+    """Sockets, readers and peer links of one node (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        routes: RoutingTable[Subscription],
+        interest: InterestSet,
+        on_reply: Callable[[bytes, bytes, int, float], None],
+        responder: Responder,
+        inbox_filter: bytes,
+    ) -> None:
+        self.settings = settings
+        self._routes = routes
+        self._interest = interest
+        self._on_reply = on_reply
+        self._responder = responder
+        self._inbox_filter = inbox_filter
+        #: set whenever the interest set changes (wait_for_interest waits on it)
+        self.interest_changed = asyncio.Event()
+        self.endpoint = ""
+        self.endpoints: list[str] = []
+        self._closing = False
+
+        # CURVE authentication is per context (one ZAP handler each), so a secured node
+        # gets a context of its own; every other node shares the process's instance.
+        self._curve = settings.curve_server_public is not None
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = (
+            zmq.Context() if self._curve else zmq.Context.instance()
+        )
+        self._zap: zmq.Socket[bytes] | None = None
+        self._curve_allowed: set[str] = set()
+        self._pub: zmq.Socket[bytes] | None = None
+        self._sub: zmq.Socket[bytes] | None = None
+        self._mon: zmq.Socket[bytes] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drainers: dict[int, Callable[[], None]] = {}
+        self._connected: set[str] = set()
+        self._pending_disconnects: dict[str, asyncio.TimerHandle] = {}
+        self._link_state: dict[str, bool] = {}
+
+        self.messages_in = 0
+        self.bytes_in = 0
+        self.messages_out = 0
+        self.bytes_out = 0
+        self.malformed = 0
+        self.counters: dict[str, int] = {}
+
+    def count(self, counter: str, n: int = 1) -> None:
+        self.counters[counter] = self.counters.get(counter, 0) + n
+
+    @property
+    def closed(self) -> bool:
+        return self._pub is None or self._pub.closed
+
+    # ------------------------------------------------------------------ open / close
+    def open(self) -> None:
+        """Create, configure, bind and connect the sockets (raises aoz errors)."""
+        s = self.settings
+        self._loop = asyncio.get_running_loop()
+        with _mapped("cannot set up the data sockets"):
+            pub: zmq.Socket[bytes] = self._ctx.socket(zmq.XPUB)
+            sub: zmq.Socket[bytes] = self._ctx.socket(zmq.SUB)
+            self._pub, self._sub = pub, sub
+            if self._curve:
+                self._setup_curve(pub, sub)
+            linger = int(s.linger * 1000)
+            for sock in (pub, sub):
+                sock.setsockopt(zmq.LINGER, linger)
+                sock.setsockopt(zmq.RECONNECT_IVL, max(1, int(s.reconnect_interval * 1000)))
+                if s.heartbeat_interval > 0:
+                    ivl = int(s.heartbeat_interval * 1000)
+                    sock.setsockopt(zmq.HEARTBEAT_IVL, ivl)
+                    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, ivl * 3)
+            pub.setsockopt(zmq.SNDHWM, s.send_hwm)
+            sub.setsockopt(zmq.RCVHWM, s.recv_hwm)
+            if s.mode in ("naming", "udp"):
+                self._mon = sub.get_monitor_socket(
+                    zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
+                )
+        if s.mode in ("naming", "udp"):
+            self._bind(f"tcp://{s.publish_address}:*")
+        elif s.mode == "static":
+            for ep in s.bind:
+                self._bind(ep)
+            for ep in self.endpoints:  # self-delivery
+                self._connect_sub(connectable(ep))
+            for ep in s.connect:
+                self._connect_sub(ep)
+        else:  # broker
+            assert s.broker_pub and s.broker_sub
+            with _mapped(f"cannot connect to the broker at {s.broker_pub}"):
+                pub.connect(s.broker_pub)
+            self.endpoint = s.broker_pub
+            self._connect_sub(s.broker_sub)
+        with _mapped("cannot subscribe to this node's inbox"):
+            sub.setsockopt(zmq.SUBSCRIBE, self._inbox_filter)
+
+    def _setup_curve(self, pub: zmq.Socket[bytes], sub: zmq.Socket[bytes]) -> None:
+        s = self.settings
+        assert s.curve_server_public and s.curve_server_secret
+        public, secret = s.curve_public, s.curve_secret
+        if public is None or secret is None:
+            public, secret = keypair()
+        if s.curve_allow is not None:
+            self._curve_allowed = {*s.curve_allow, public}  # self-delivery is always allowed
+            zap: zmq.Socket[bytes] = self._ctx.socket(zmq.REP)
+            zap.setsockopt(zmq.LINGER, 0)
+            zap.bind(ZAP_ENDPOINT)
+            self._zap = zap
+        try:
+            pub.setsockopt(zmq.CURVE_SERVER, 1)
+            pub.setsockopt(zmq.CURVE_SECRETKEY, s.curve_server_secret.encode("ascii"))
+            pub.setsockopt(zmq.ZAP_DOMAIN, b"aoz")
+            sub.setsockopt(zmq.CURVE_SERVERKEY, s.curve_server_public.encode("ascii"))
+            sub.setsockopt(zmq.CURVE_PUBLICKEY, public.encode("ascii"))
+            sub.setsockopt(zmq.CURVE_SECRETKEY, secret.encode("ascii"))
+        except (zmq.ZMQError, UnicodeEncodeError) as exc:
+            raise ConfigError(
+                f"invalid CURVE key ({exc}): keys are 40-character Z85 strings; "
+                "make them with aoz.security.keypair()"
+            ) from exc
+
+    def _bind(self, endpoint: str) -> None:
+        assert self._pub is not None
+        with _mapped(f"cannot bind data publisher to {endpoint!r} (is the address in use "
+                     "or not local?)"):
+            self._pub.bind(endpoint)
+            last = self._pub.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.endpoints.append(last)
+        if not self.endpoint:
+            self.endpoint = last
+
+    def _connect_sub(self, endpoint: str) -> None:
+        assert self._sub is not None
+        if endpoint in self._connected:
+            return
+        with _mapped(f"cannot connect to {endpoint!r}"):
+            self._sub.connect(endpoint)
+        self._connected.add(endpoint)
+        self._kick(self._sub)
+
+    async def close(self) -> None:
+        """Close every socket (with the configured linger); idempotent."""
+        self._closing = True
+        for handle in self._pending_disconnects.values():
+            handle.cancel()
+        self._pending_disconnects.clear()
+        linger = int(self.settings.linger * 1000)
+        if self._sub is not None and self._mon is not None and not self._sub.closed:
+            # Stop monitoring first: libzmq's I/O thread would otherwise block forever
+            # reporting the SUB's disconnects to a monitor nobody reads, freezing every
+            # socket of the shared context.
+            self._sub.disable_monitor()
+        for sock in (self._mon, self._sub, self._pub, self._zap):
+            if sock is not None and not sock.closed:
+                sock.close(linger=linger)
+        if self._curve and not self._ctx.closed:
+            # term() blocks until the sockets' linger ran out: not on the event loop
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._ctx.term)
+
+    # ------------------------------------------------------------------ readers
+    async def run(self, tg: anyio.abc.TaskGroup) -> None:
+        """Start one reader task per socket in ``tg`` (the node's group)."""
+        assert self._sub is not None and self._pub is not None
+        tg.start_soon(self._reader, self._sub, self._drain_sub, None, name="aoz-recv")
+        tg.start_soon(self._reader, self._pub, self._drain_interest, 0.1, name="aoz-xpub")
+        if self._mon is not None:
+            tg.start_soon(self._reader, self._mon, self._drain_monitor, 1.0, name="aoz-monitor")
+        if self._zap is not None:
+            tg.start_soon(self._reader, self._zap, self._drain_zap, 1.0, name="aoz-zap")
+
+    def _kick(self, sock: zmq.Socket[bytes]) -> None:
+        """Re-run the drain of ``sock``: a socket call may have eaten its fd signal."""
+        drain = self._drainers.get(id(sock))
+        if drain is not None and self._loop is not None:
+            self._loop.call_soon(drain)
+
+    async def _reader(
+        self,
+        sock: zmq.Socket[bytes],
+        drain: Callable[[zmq.Socket[bytes]], int],
+        safety: float | None,
+    ) -> None:
+        """Own the drain of ``sock`` for the node's lifetime.
+
+        The drain runs straight from the loop's fd callback, ``_BATCH`` frames at a
+        time; a full batch re-schedules it with ``call_soon`` so other callbacks and
+        tasks run in between. ``safety`` re-runs it at that interval, for sockets that
+        other code sends on. An exception in the callback ends this task with it.
+        """
+        loop = asyncio.get_running_loop()
+        key = id(sock)
+        fd = cast(int, sock.getsockopt(zmq.FD))
+        fault: list[BaseException] = []
+        woken = asyncio.Event()
+
+        def on_readable() -> None:
+            if sock.closed or fault:
+                return
+            try:
+                if drain(sock) >= _BATCH:
+                    loop.call_soon(on_readable)
+            except Exception as exc:
+                fault.append(exc)
+                woken.set()
+
+        self._drainers[key] = on_readable
+        loop.add_reader(fd, on_readable)
+        try:
+            on_readable()  # frames that arrived before the reader was registered
+            while not fault:
+                with anyio.move_on_after(3600.0 if safety is None else safety):
+                    await woken.wait()
+                on_readable()
+            raise fault[0]
+        finally:
+            loop.remove_reader(fd)
+            self._drainers.pop(key, None)
+
+    def _socket_error(self, exc: zmq.ZMQError, what: str) -> None:
+        """A socket error while draining: fatal unless the node is closing."""
+        if self._closing or exc.errno in (zmq.ENOTSOCK, zmq.ETERM):
+            return
+        raise TransportError(f"{what} failed: {exc}") from exc
+
+    def _drain_sub(self, sock: zmq.Socket[bytes]) -> int:
+        # The hot path: a publish frame on a subject seen before costs one parse, one
+        # slice, one dict lookup and one Message per frame, wildcards included.
+        recv = sock.recv
+        noblock = zmq.NOBLOCK
+        cache = self._routes.cache
+        scan = publish_subject_end
+        publish = Kind.PUBLISH
+        responder = self._responder
+        now = time.time()
+        n = 0
+        nbytes = 0
+        try:
+            while n < _BATCH:
+                frame = recv(noblock)
+                n += 1
+                nbytes += len(frame)
+                nul = scan(frame)
+                if nul > 0:
+                    sb = frame[:nul]
+                    subs = cache.get(sb)
+                    if subs is None:
+                        subs = self._routes.route(sb)
+                        if subs is None:
+                            self.malformed += 1
+                            continue
+                    if subs:
+                        msg = Message(frame, nul, nul + 3, publish, None, now, responder)
+                        for s in subs:
+                            s.push(msg)
+                else:
+                    self._other_frame(frame, now)
+        except zmq.Again:
+            pass
+        except zmq.ZMQError as exc:
+            self._socket_error(exc, "receiving on the data socket")
+        finally:
+            self.messages_in += n
+            self.bytes_in += nbytes
+        return n
+
+    def _other_frame(self, frame: bytes, now: float) -> None:
+        """Requests, replies and anything malformed (validated by the protocol core)."""
+        try:
+            fr = decode_frame(frame)
+        except AozError as exc:
+            self.malformed += 1
+            log.debug("dropped malformed frame (%s): %r", exc, frame[:64])
+            return
+        if fr.kind is Kind.REPLY:
+            self._on_reply(fr.subject, frame, fr.payload_start, now)
+            return
+        subs = self._routes.route(fr.subject)
+        if subs is None:
+            self.malformed += 1
+            return
+        if subs:
+            reply = fr.reply.decode("ascii") if fr.reply is not None else None
+            msg = Message(frame, len(fr.subject), fr.payload_start, fr.kind, reply, now,
+                          self._responder)
+            for s in subs:
+                s.push(msg)
+
+    def _drain_interest(self, sock: zmq.Socket[bytes]) -> int:
+        n = 0
+        changed = False
+        apply = self._interest.apply
+        try:
+            while n < _BATCH:
+                if apply(sock.recv(zmq.NOBLOCK)):
+                    changed = True
+                n += 1
+        except zmq.Again:
+            pass
+        except zmq.ZMQError as exc:
+            self._socket_error(exc, "reading subscriptions on the data publisher")
+        finally:
+            if changed:
+                self.interest_changed.set()
+        return n
+
+    def read_interest(self) -> None:
+        """Fold in the subscription events waiting on the XPUB now."""
+        if self._pub is not None and not self._pub.closed:
+            self._drain_interest(self._pub)
+
+    def _drain_monitor(self, sock: zmq.Socket[bytes]) -> int:
+        n = 0
+        try:
+            while n < _BATCH:
+                parts = sock.recv_multipart(zmq.NOBLOCK)
+                n += 1
+                try:
+                    ev = parse_monitor_message(parts)
+                    raw = ev["endpoint"]
+                    endpoint = raw.decode() if isinstance(raw, bytes) else str(raw)
+                except (ValueError, KeyError, IndexError, UnicodeDecodeError) as exc:
+                    self.count("monitor_malformed")
+                    log.warning("ignored a malformed ZeroMQ monitor event: %r", exc)
+                    continue
+                if endpoint not in self._connected:
+                    continue  # a link already dropped: keep no state for it
+                if ev["event"] == zmq.EVENT_CONNECTED:
+                    self._link_state[endpoint] = True
+                elif ev["event"] in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
+                    self._link_state[endpoint] = False
+        except zmq.Again:
+            pass
+        except zmq.ZMQError as exc:
+            self._socket_error(exc, "reading the data link monitor")
+        return n
+
+    def _drain_zap(self, sock: zmq.Socket[bytes]) -> int:
+        n = 0
+        try:
+            while n < _BATCH:
+                request = sock.recv_multipart(zmq.NOBLOCK)
+                n += 1
+                reply, allowed = zap_reply(request, self._curve_allowed)
+                if not allowed:
+                    self.count("auth_denied")
+                    log.info("denied a data subscriber: %s", reply[3].decode())
+                sock.send_multipart(reply)
+        except zmq.Again:
+            pass
+        except zmq.ZMQError as exc:
+            self._socket_error(exc, "answering authentication requests")
+        return n
+
+    # ------------------------------------------------------------------ filters and sends
+    def add_filter(self, prefix: bytes) -> None:
+        """Subscribe the data SUB to frames starting with ``prefix``."""
+        assert self._sub is not None
+        with _mapped("cannot subscribe"):
+            self._sub.setsockopt(zmq.SUBSCRIBE, prefix)
+        self._kick(self._sub)
+
+    def remove_filter(self, prefix: bytes) -> None:
+        if self._sub is None or self._sub.closed or self._closing:
+            return
+        with _mapped("cannot unsubscribe"):
+            self._sub.setsockopt(zmq.UNSUBSCRIBE, prefix)
+        self._kick(self._sub)
+
+    def send(self, frame: bytes) -> None:
+        """Hand one frame to ZeroMQ (never waits; ZeroMQ drops at a full HWM)."""
+        pub = self._pub
+        if pub is None:
+            raise TransportError("the data publisher is not open")
+        try:
+            if len(frame) < _COPY_THRESHOLD:
+                pub.send(frame, zmq.NOBLOCK)
+            else:
+                pub.send(frame, zmq.NOBLOCK, copy=False)
+        except zmq.ZMQError as exc:
+            raise TransportError(f"publish failed: {exc}") from exc
+        self.messages_out += 1
+        self.bytes_out += len(frame)
+
+    # ------------------------------------------------------------------ peer links
+    def connect_peer(self, endpoint: str) -> None:
+        """Connect the data SUB to a peer's publisher (idempotent)."""
+        pending = self._pending_disconnects.pop(endpoint, None)
+        if pending is not None:
+            pending.cancel()  # the peer is back (or a new one took its address)
+        if self._sub is None or self._closing or endpoint in self._connected:
+            return
+        try:
+            self._connect_sub(endpoint)
+        except TransportError as exc:
+            self.count("connect_errors")
+            log.warning("cannot connect to peer %s: %s", endpoint, exc)
+
+    def disconnect_peer(self, endpoint: str) -> None:
+        """Disconnect from a peer's publisher after a short grace period: a peer's
+        goodbye travels through the nsd and can overtake its last data frames (a final
+        reply, say), which would be lost if the link were cut at once."""
+        if self._sub is None or endpoint not in self._connected or self._loop is None:
+            return
+        if endpoint not in self._pending_disconnects:
+            self._pending_disconnects[endpoint] = self._loop.call_later(
+                _DISCONNECT_GRACE, self._disconnect_now, endpoint
+            )
+
+    def _disconnect_now(self, endpoint: str) -> None:
+        self._pending_disconnects.pop(endpoint, None)
+        if self._sub is None or self._sub.closed or endpoint not in self._connected:
+            return
+        self._connected.discard(endpoint)
+        self._link_state.pop(endpoint, None)
+        try:
+            self._sub.disconnect(endpoint)
+        except zmq.ZMQError as exc:
+            log.debug("disconnect from %s: %s", endpoint, exc)
+        self._kick(self._sub)
+
+    def link_up(self, endpoint: str) -> bool:
+        """Whether the data SUB currently has a live connection to ``endpoint``."""
+        return self._link_state.get(endpoint, False)

@@ -1,0 +1,115 @@
+"""The routing table: which subscriptions a received subject goes to. Pure.
+
+Subscriptions are exact subjects, NATS-style token patterns or OZ regexes
+(:mod:`aoz.protocol.subjects`). Matching a wildcard costs a pattern test per
+subscription, so the table keeps a per-subject cache: the first frame on a subject
+computes the tuple of every subscription it goes to (exact ones first, then
+wildcards in subscription order) and every later frame on that subject costs one dict
+lookup, exactly like an exact subscription. Adding or removing a subscription
+clears the cache; the cache is also cleared when it grows past ``cache_max``
+subjects, which bounds its memory (a feed of more distinct subjects than that pays
+the pattern tests again, never more).
+
+Wildcards never see aoz's own traffic (``_INBOX.``, ``_NAMING``; SPEC §7). A subject
+that is not valid UTF-8 routes to ``None``: the caller counts it as malformed.
+
+The table holds any subscriber type, so it is tested without sockets::
+
+    >>> from aoz.protocol.subjects import compile_pattern
+    >>> t: RoutingTable[str] = RoutingTable()
+    >>> t.add(compile_pattern("MD.*.IBM"), "wild")
+    >>> t.add(compile_pattern("MD.NYSE.IBM"), "exact")
+    >>> t.route(b"MD.NYSE.IBM"), t.route(b"MD.LSE.IBM"), t.route(b"X")
+    (('exact', 'wild'), ('wild',), ())
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Generic, TypeVar
+
+from .protocol.subjects import Pattern, is_reserved
+
+__all__ = ["RoutingTable"]
+
+S = TypeVar("S")
+
+_CACHE_MAX = 65536
+
+
+class RoutingTable(Generic[S]):
+    """Subjects and patterns to subscribers, with a per-subject cache (see module doc)."""
+
+    __slots__ = ("_exact", "_wild", "cache", "cache_max")
+
+    def __init__(self, cache_max: int = _CACHE_MAX) -> None:
+        self._exact: dict[bytes, tuple[S, ...]] = {}
+        self._wild: tuple[tuple[Pattern, S], ...] = ()
+        #: subject bytes -> subscribers; read directly by the receive hot path
+        self.cache: dict[bytes, tuple[S, ...] | None] = {}
+        self.cache_max = cache_max
+
+    def add(self, pattern: Pattern, sub: S) -> None:
+        """Route ``pattern``'s subjects to ``sub`` too."""
+        if pattern.kind == "exact":
+            key = pattern.text.encode()
+            self._exact[key] = (*self._exact.get(key, ()), sub)
+        else:
+            self._wild = (*self._wild, (pattern, sub))
+        self.cache.clear()
+
+    def remove(self, pattern: Pattern, sub: S) -> None:
+        """Stop routing to ``sub`` (a no-op if it is not in the table)."""
+        if pattern.kind == "exact":
+            key = pattern.text.encode()
+            rest = tuple(s for s in self._exact.get(key, ()) if s is not sub)
+            if rest:
+                self._exact[key] = rest
+            else:
+                self._exact.pop(key, None)
+        else:
+            self._wild = tuple((p, s) for p, s in self._wild if s is not sub)
+        self.cache.clear()
+
+    def route(self, subject: bytes) -> tuple[S, ...] | None:
+        """Every subscriber of ``subject``; ``None`` when it is not valid UTF-8."""
+        try:
+            return self.cache[subject]
+        except KeyError:
+            pass
+        out: tuple[S, ...] | None
+        try:
+            text = subject.decode()
+        except UnicodeDecodeError:
+            out = None
+        else:
+            out = self._exact.get(subject, ())
+            if self._wild and not is_reserved(text):
+                out = out + tuple(s for p, s in self._wild if p.matches(text))
+        if len(self.cache) >= self.cache_max:
+            self.cache.clear()
+        self.cache[subject] = out
+        return out
+
+    def clear(self) -> list[S]:
+        """Empty the table; returns every subscriber it held (each once)."""
+        subs = list(self)
+        self._exact = {}
+        self._wild = ()
+        self.cache.clear()
+        return subs
+
+    def __iter__(self) -> Iterator[S]:
+        seen: set[int] = set()
+        for group in self._exact.values():
+            for s in group:
+                if id(s) not in seen:
+                    seen.add(id(s))
+                    yield s
+        for _, s in self._wild:
+            if id(s) not in seen:
+                seen.add(id(s))
+                yield s
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
