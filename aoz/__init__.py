@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from . import omnm
 from .blocking import BlockingNode, BlockingSubscription
 from .config import Settings, load_settings
 from .discovery.peers import Peer, PeerEvent
@@ -37,7 +38,7 @@ from .errors import (
 )
 from .message import Message
 from .node import Node, NodeStatistics, ReplyStream, connect
-from .protocol.codecs import Codec
+from .protocol.codecs import Codec, Verbatim
 from .protocol.frames import Kind
 from .services import Service, call, serve, wait_for_service
 from .subscription import Subscription, SubscriptionStatistics
@@ -92,11 +93,13 @@ __all__ = [
     "Subscription",
     "SubscriptionStatistics",
     "TransportError",
+    "Verbatim",
     "WaitTimeout",
     "__version__",
     "call",
     "connect",
     "load_settings",
+    "omnm",
     "serve",
     "wait_for_service",
 ]

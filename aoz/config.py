@@ -80,8 +80,9 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     #: ZeroMQ high-water marks of the data sockets (messages)
     send_hwm: int = 100_000
     recv_hwm: int = 100_000
-    #: codec used for payloads that are not bytes/str: ``msgpack`` or ``json``
-    default_codec: Literal["msgpack", "json"] = "msgpack"
+    #: codec used for payloads that are not bytes/str: ``msgpack``, ``json`` or ``omnm``
+    #: (OpenMAMA's format, OZ's default: dicts then reach OZ programs as omnm messages)
+    default_codec: Literal["msgpack", "json", "omnm"] = "msgpack"
     #: socket linger on close, seconds
     linger: float = 0.1
     #: CURVE on the data plane (see aoz.security): the mesh's server keypair, this

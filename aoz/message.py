@@ -12,7 +12,7 @@ from typing import Any, Protocol, TypeVar, overload
 import msgspec
 
 from .errors import AozError
-from .protocol.codecs import Codec, decode_payload, split_payload
+from .protocol.codecs import AOZ_CODEC_IDS, Codec, decode_payload, split_payload
 from .protocol.frames import Kind
 
 __all__ = ["Message", "Responder"]
@@ -26,7 +26,7 @@ class Responder(Protocol):
 
 
 # payload ids below this are aoz codecs (see aoz.protocol.codecs.Codec)
-_KNOWN_IDS = max(c.value for c in Codec) + 1
+_KNOWN_IDS = AOZ_CODEC_IDS  # omnm ('O') and foreign payloads have no aoz byte
 
 
 class Message(msgspec.Struct, repr_omit_defaults=True, eq=False):
@@ -76,7 +76,7 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False):
 
     @property
     def data(self) -> bytes:
-        """The payload without its codec byte (the whole payload for unknown codecs)."""
+        """The payload without its aoz codec byte (whole for omnm and foreign payloads)."""
         f, st = self._frame, self._start
         if len(f) > st and f[st] < _KNOWN_IDS:
             return f[st + 1 :]

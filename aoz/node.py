@@ -111,7 +111,7 @@ class Node:
         self._peer_listeners: set[Mailbox[PeerEvent]] = set()
         self._header_cache: dict[str, bytes] = {}
         self._raw_headers: dict[str, bytes] = {}  # header + the raw codec byte
-        self._default_codec = Codec.JSON if s.default_codec == "json" else Codec.MSGPACK
+        self._default_codec = Codec[s.default_codec.upper()]  # MSGPACK, JSON or OMNM
         self._sends_since_yield = 0
         self._no_responders = 0
 
