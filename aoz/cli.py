@@ -38,15 +38,16 @@ from typing import Annotated, Any, Literal, cast
 
 import msgspec
 
+from . import omnm
 from .errors import AozError, DecodeError, NoResponders, RequestTimeout, WaitTimeout
 from .message import Message
-from .protocol.codecs import Codec
+from .protocol.codecs import Codec, Verbatim
 
 __all__ = ["main", "message_to_dict", "message_text"]
 
 log = logging.getLogger("aoz.cli")
 
-BodyCodec = Literal["text", "raw", "json", "msgpack"]
+BodyCodec = Literal["text", "raw", "json", "msgpack", "omnm"]
 _EXIT_LINGER = 2.0  # seconds, see _connect_kwargs
 _FLUSH_LINGER_MS = 1000  # at most this long at exit for queued frames to leave
 _REPLY_PATH_WAIT = 2.0  # seconds a reply waits for the requester's inbox subscription
@@ -145,7 +146,12 @@ def message_to_dict(msg: Message) -> dict[str, Any]:
 
 def message_text(msg: Message) -> str:
     """The payload for a human: text as is, msgpack/JSON as JSON, raw bytes as UTF-8
-    (undecodable bytes backslash-escaped)."""
+    (undecodable bytes backslash-escaped); omnm fields one per line, like mamasubscriberc."""
+    if msg.codec is Codec.OMNM:
+        try:
+            return omnm.format_fields(msg.decode())
+        except DecodeError:
+            pass  # shown as bytes below
     if msg.codec in (Codec.MSGPACK, Codec.JSON, Codec.TEXT):
         try:
             value = msg.decode()
@@ -157,9 +163,10 @@ def message_text(msg: Message) -> str:
 
 
 def _data(msg: Message) -> tuple[Any, str | None]:
-    if msg.codec in (Codec.MSGPACK, Codec.JSON, Codec.TEXT):
+    if msg.codec in (Codec.MSGPACK, Codec.JSON, Codec.TEXT, Codec.OMNM):
         try:
-            return msg.decode(), None
+            value = msg.decode()
+            return (omnm.to_json(value) if msg.codec is Codec.OMNM else value), None
         except DecodeError:
             pass  # a malformed payload is shown as its bytes
     raw = msg.data
@@ -203,6 +210,8 @@ def _payload(body: str | bytes, n: int, codec: BodyCodec) -> tuple[object, Codec
         value = msgspec.json.decode(text)
     except msgspec.DecodeError as exc:
         raise AozError(f"--codec {codec} needs a JSON body: {exc}") from None
+    if codec == "omnm":  # {"name": value, "qty:U32": 7} or a list of {name, fid, type, value}
+        return omnm.from_json(value, key_types=True), Codec.OMNM
     return value, Codec.JSON if codec == "json" else Codec.MSGPACK
 
 
@@ -373,6 +382,9 @@ async def _echo(msg: Message) -> None:
             return
         except DecodeError:
             pass  # echo the bytes
+    if msg.codec in (Codec.OMNM, Codec.UNKNOWN):  # no aoz byte: echo the payload verbatim
+        await msg.respond(Verbatim(msg.payload))
+        return
     await msg.respond(msg.data, codec=Codec.RAW)
 
 
@@ -574,15 +586,17 @@ def _build_app() -> Any:
         str,
         typer.Option(
             "--codec",
-            help="Payload codec of the body: text, raw, json or msgpack "
-            "(json/msgpack parse the body as JSON).",
+            help="Payload codec of the body: text, raw, json, msgpack or omnm "
+            "(the others parse the body as JSON; omnm types keys like \"qty:U32\").",
         ),
     ]
     Count = Annotated[int, typer.Option("--count", "-c", min=0)]
 
     def codec_of(value: str) -> BodyCodec:
-        if value not in ("text", "raw", "json", "msgpack"):
-            raise typer.BadParameter("choose text, raw, json or msgpack", param_hint="--codec")
+        if value not in ("text", "raw", "json", "msgpack", "omnm"):
+            raise typer.BadParameter(
+                "choose text, raw, json, msgpack or omnm", param_hint="--codec"
+            )
         return value  # type: ignore[return-value]
 
     def body_or_stdin(body: str | None) -> str | bytes:

@@ -171,14 +171,19 @@ def _typed_value(t: FieldType, v: Any, hints: Mapping[str, Any], path: str) -> A
 
 
 def from_json(
-    obj: Any, hints: Mapping[str, Any] | None = None, *, _prefix: str = ""
+    obj: Any,
+    hints: Mapping[str, Any] | None = None,
+    *,
+    key_types: bool = False,
+    _prefix: str = "",
 ) -> Message:
     """Build a message from JSON data: a ``{name: value}`` object or a list of FIELD objects.
 
     In an object, types are inferred (ints narrowest, floats F64, nested objects MSG,
     arrays vectors) unless ``hints`` names them: ``{"qty": "U32", "quote.ts": "TIME"}``
-    (dotted paths reach into nested messages). A FIELD list (what :func:`to_json` gives)
-    fixes name, fid and type of every field.
+    (dotted paths reach into nested messages). With ``key_types=True`` a key may carry
+    its type itself, ``{"qty:U32": 7}`` (handy on a command line). A FIELD list (what
+    :func:`to_json` gives) fixes name, fid and type of every field.
 
     >>> from_json({"qty": 7, "px": "101.5"}, {"qty": "I64", "px": "F64"}).fields[1].value
     101.5
@@ -189,8 +194,11 @@ def from_json(
     if isinstance(obj, Mapping):
         msg = Message()
         for key, value in obj.items():
+            hint = None
+            if key_types and ":" in key:
+                key, _, hint = key.rpartition(":")
             path = _prefix + key
-            hint = hints.get(path)
+            hint = hints.get(path, hint)
             if hint is not None:
                 t = _type_of(hint)
                 if t in (_FT.F32, _FT.F64) and isinstance(value, str) and value not in _SPECIAL:
@@ -202,13 +210,12 @@ def from_json(
                     field_from_value(key, 0, Typed(t, _typed_value(t, value, hints, path)))
                 )
             elif isinstance(value, Mapping):
-                inner = from_json(value, hints, _prefix=path + ".")
+                inner = from_json(value, hints, key_types=key_types, _prefix=path + ".")
                 msg.fields.append(Field(key, 0, _FT.MSG, inner))
             elif isinstance(value, list) and value and all(isinstance(x, Mapping) for x in value):
-                msg.fields.append(
-                    Field(key, 0, _FT.VECTOR_MSG,
-                          [from_json(x, hints, _prefix=path + ".") for x in value])
-                )
+                sub = path + "."
+                items = [from_json(x, hints, key_types=key_types, _prefix=sub) for x in value]
+                msg.fields.append(Field(key, 0, _FT.VECTOR_MSG, items))
             else:
                 msg.fields.append(field_from_value(key, 0, value))
         return msg

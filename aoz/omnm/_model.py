@@ -249,16 +249,18 @@ class Message:
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain values by name (first field wins; nameless fields keyed by their fid).
+    def to_dict(self, *, plain: bool = False) -> dict[str, Any]:
+        """Values by name (first field wins; nameless fields keyed by their fid).
 
-        Nested messages become dicts too; TIME/PRICE stay :class:`Time`/:class:`Price`.
+        Nested messages become dicts too. TIME/PRICE stay :class:`Time`/:class:`Price`,
+        or with ``plain=True`` become an aware ``datetime`` (when it has a date) and the
+        price's ``float`` value, as tables and dataframes want them.
         """
         out: dict[str, Any] = {}
         for f in self.fields:
             key = f.name if f.name else str(f.fid)
             if key not in out:
-                out[key] = _plain(f.value)
+                out[key] = _plain(f.value, plain)
         return out
 
     def __repr__(self) -> str:
@@ -269,9 +271,17 @@ class Message:
         return f"omnm.Message({inner})"
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: Any, plain: bool) -> Any:
     if isinstance(value, Message):
-        return value.to_dict()
+        return value.to_dict(plain=plain)
     if isinstance(value, list) and value and isinstance(value[0], Message):
-        return [m.to_dict() for m in value]
+        return [m.to_dict(plain=plain) for m in value]
+    if plain:
+        if isinstance(value, Price):
+            return value.value
+        if isinstance(value, Time) and value.hints & Time.HAS_DATE:
+            try:
+                return value.to_datetime()
+            except (OverflowError, ValueError):
+                return None
     return value

@@ -10,20 +10,23 @@ column          Arrow type                      filled from
 ``sequence``    int64, nullable                 decoded field ``sequence`` or ``seq``
 ``send_ts``     timestamp[us, UTC], nullable    decoded field ``send_ts``, ``ts`` or ``sent_at``
 ``receive_ts``  timestamp[us, UTC]              ``msg.received_at`` (the recorder's clock)
-``codec``       int64                           the payload's codec id (-1 for foreign payloads)
+``codec``       int64                           the payload's codec id (79 omnm, -1 foreign)
 ``payload``     binary                          the payload as on the wire, codec byte included
 ==============  ==============================  =========================================
 
 aoz's wire frame carries no sender, sequence number or send time, so the recorder takes
-them from the payload when it is a msgpack/JSON map that has them (the demo feed's
-:class:`~aoz.marketdata.Quote`/:class:`~aoz.marketdata.Trade` carry ``sender``, ``seq`` and
-``ts``) and leaves them null otherwise. Numeric send times are read as seconds since the
-epoch (values above 1e11 as milliseconds, 1e14 microseconds, 1e17 nanoseconds); a msgpack
-timestamp or datetime is taken as is.
+them from the payload when it is a msgpack/JSON map or an omnm message that has them
+(the demo feed's :class:`~aoz.marketdata.Quote`/:class:`~aoz.marketdata.Trade` carry
+``sender``, ``seq`` and ``ts``) and leaves them null otherwise. Numeric send times are
+read as seconds since the epoch (values above 1e11 as milliseconds, 1e14 microseconds,
+1e17 nanoseconds); a msgpack timestamp or datetime is taken as is.
 
 Decoded columns come after the fixed ones, one per field of the ``msgspec.Struct`` types
 given to the recorder (their union, in declaration order; a tagged struct adds its tag
 field, e.g. ``type``). A value of the wrong type, or a field the message lacks, is null.
+omnm messages (OZ programs' payloads) fill the same columns by field name (the first
+field of a name wins; TIME as a timestamp, PRICE as its value), so a Struct that
+describes an OZ feed's fields gives Spark typed columns for it.
 Fields that feed the fixed columns (``sender``, ``seq``...) are not repeated.
 
 Timestamps are microseconds with a UTC zone: Spark cannot read pyarrow's default
@@ -38,6 +41,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal
 
 import msgspec
+
+from .. import omnm
+from ..errors import DecodeError
 
 __all__ = [
     "FIXED_COLUMNS",
@@ -229,7 +235,7 @@ def build_tables(
     """Turn ``(subject, received_at, payload)`` rows into one Arrow table per UTC date.
 
     Returns ``({"YYYY-MM-DD": pyarrow.Table}, decode_errors)``; ``decode_errors`` counts
-    msgpack/JSON payloads that did not parse (their rows are kept, with null fields).
+    msgpack/JSON/omnm payloads that did not parse (their rows are kept, with null fields).
     """
     import pyarrow as pa
 
@@ -248,6 +254,11 @@ def build_tables(
             try:
                 fields = (_MSGPACK if codec == 1 else _JSON).decode(payload[1:])
             except (msgspec.DecodeError, ValueError):
+                errors += 1
+        elif codec == 0x4F:  # OpenMAMA omnm: its fields by name feed the same columns
+            try:
+                fields = omnm.decode(payload).to_dict(plain=True)
+            except DecodeError:
                 errors += 1
         elif codec > 3:
             codec = -1
