@@ -47,9 +47,19 @@ _VECTOR_FMT: Final[dict[FieldType, str]] = {
     _FT.VECTOR_F32: "f", _FT.VECTOR_F64: "d",
 }
 _SCALAR_STRUCT: Final = {t: struct.Struct("<" + f) for t, f in _SCALAR_FMT.items()}
+# Per type byte, indexed by the byte: FieldType members hash in Python, list lookups don't.
 _BY_ID: Final[list[FieldType | None]] = [None] * 256
+_SCALAR_BY_ID: Final[list[struct.Struct | None]] = [None] * 256
 for _t in FieldType:
     _BY_ID[_t.value] = _t
+    _SCALAR_BY_ID[_t.value] = _SCALAR_STRUCT.get(_t)
+_new_field = tuple.__new__  # Field(...) without NamedTuple's Python-level __new__
+
+# Field headers (type, fid, name) repeat message after message: keep the encoded bytes
+# of the last header seen per name, and the decoded text of names seen on the wire.
+_CACHE_MAX: Final = 4096
+_header_cache: dict[str | None, tuple[int, FieldType, bytes]] = {}
+_name_cache: dict[bytes, str] = {}
 
 _INT_RANGES: Final = (
     (_FT.U8, 0, 0xFF), (_FT.U16, 0, 0xFFFF), (_FT.U32, 0, _U32_MAX), (_FT.U64, 0, 2**64 - 1),
@@ -137,6 +147,15 @@ def field_from_value(name: str | None, fid: int, value: Any) -> Field:
     STRING, ``bytes`` -> OPAQUE, aware ``datetime``/:class:`Time` -> TIME, :class:`Price`
     -> PRICE, ``dict``/:class:`Message` -> MSG, ``list`` -> the matching vector.
     """
+    tv = type(value)
+    if tv is str or tv is float:  # the common cases, without the general dispatch
+        return _new_field(Field, (name, fid, _FT.STRING if tv is str else _FT.F64, value))
+    if tv is int:
+        if 0 <= value <= 0xFFFF_FFFF:
+            t = _FT.U8 if value <= 0xFF else _FT.U16 if value <= 0xFFFF else _FT.U32
+        else:
+            t = narrowest_int_type(value)
+        return _new_field(Field, (name, fid, t, value))
     if isinstance(value, Typed):
         try:
             t = _FT(value.type)
@@ -226,45 +245,55 @@ def _encode_into(buf: bytearray, message: FieldsLike, depth: int) -> None:
     else:
         fields = message
     for f in fields:
-        if not isinstance(f, Field):
+        if type(f) is not Field and not isinstance(f, Field):
             raise EncodeError(f"an omnm message holds omnm.Field values, not {f!r}")
         name, fid, t, value = f
-        if not name:
-            if not fid:
-                raise EncodeError(
-                    "an omnm field needs a name or a non-zero fid (OpenMAMA refuses both empty)"
-                )
-            name_b = b"\0"
-        elif isinstance(name, str):
-            name_b = name.encode("utf-8", "surrogateescape") + b"\0"
-            if b"\0" in name_b[:-1]:
-                raise EncodeError(f"field name {name!r} contains NUL, which ends names on the wire")
+        hit = _header_cache.get(name)
+        if hit is not None and hit[0] == fid and hit[1] is t:
+            buf += hit[2]
         else:
-            raise EncodeError(f"a field name is a str or None, not {type(name).__name__}")
+            t = _header(buf, name, fid, t)
         try:
-            buf += _HDR.pack(t, fid)
-        except (struct.error, TypeError):
-            raise EncodeError(
-                f"field {name!r}: fid must be an int in 0..65535 and type an omnm.FieldType, "
-                f"got fid={fid!r}, type={t!r}"
-            ) from None
-        buf += name_b
-        try:
-            s = _SCALAR_STRUCT.get(t)
+            s = _SCALAR_BY_ID[t]
             if s is not None:
-                if isinstance(value, bool | int | float):
+                if isinstance(value, int | float):
                     buf += s.pack(value)
                     continue
                 raise TypeError(f"needs a number, not {type(value).__name__}")
-            writer = _WRITERS.get(t)
-            if writer is None:
-                raise TypeError(f"{t!r} is not an omnm field type")
-            writer(buf, value, depth)
+            _WRITER_BY_ID[t](buf, value, depth)
         except (struct.error, TypeError, ValueError, OverflowError) as exc:
             tn = t.name if isinstance(t, FieldType) else repr(t)
             raise EncodeError(
                 f"field {name!r} ({tn}): cannot encode {value!r:.80}: {exc}"
             ) from None
+
+
+def _header(buf: bytearray, name: Any, fid: Any, t: Any) -> FieldType:
+    """Append a checked field header; returns the type as a FieldType."""
+    try:
+        ft = t if type(t) is FieldType else FieldType(t)
+    except ValueError:
+        raise EncodeError(f"field {name!r}: {t!r} is not an omnm field type") from None
+    if not name:
+        if not fid:
+            raise EncodeError(
+                "an omnm field needs a name or a non-zero fid (OpenMAMA refuses both empty)"
+            )
+        name_b = b"\0"
+    elif isinstance(name, str):
+        name_b = name.encode("utf-8", "surrogateescape") + b"\0"
+        if b"\0" in name_b[:-1]:
+            raise EncodeError(f"field name {name!r} contains NUL, which ends names on the wire")
+    else:
+        raise EncodeError(f"a field name is a str or None, not {type(name).__name__}")
+    if not (isinstance(fid, int) and 0 <= fid <= 0xFFFF):
+        raise EncodeError(f"field {name!r}: fid must be an int in 0..65535, not {fid!r}")
+    head = _HDR.pack(ft, fid) + name_b
+    if len(_header_cache) >= _CACHE_MAX:
+        _header_cache.clear()
+    _header_cache[name] = (fid, ft, head)
+    buf += head
+    return ft
 
 
 def _w_bool(buf: bytearray, v: Any, depth: int) -> None:
@@ -439,26 +468,51 @@ def _decode(buf: bytes, pos: int, end: int, depth: int) -> Message:
     while pos < end:
         if end - pos < 4:
             raise _fail(f"truncated field header at byte {pos}")
-        t = _BY_ID[buf[pos]]
+        tb = buf[pos]
+        t = _BY_ID[tb]
         if t is None:
-            raise _fail(f"unknown field type {buf[pos]} at byte {pos}")
+            raise _fail(f"unknown field type {tb} at byte {pos}")
         fid = buf[pos + 1] | buf[pos + 2] << 8
         nul = buf.find(b"\0", pos + 3, end)
         if nul < 0:
             raise _fail(f"field name at byte {pos + 3} has no NUL")
-        name = buf[pos + 3 : nul].decode("utf-8", "surrogateescape") if nul > pos + 3 else None
+        if nul > pos + 3:
+            raw = buf[pos + 3 : nul]
+            name = _name_cache.get(raw)
+            if name is None:
+                name = _decode_name(raw)
+        else:
+            name = None
         pos = nul + 1
-        s = _SCALAR_STRUCT.get(t)
+        s = _SCALAR_BY_ID[tb]
         if s is not None:
             nxt = pos + s.size
             if nxt > end:
                 raise _fail(f"{t.name} field {name!r} truncated")
-            append(Field(name, fid, t, s.unpack_from(buf, pos)[0]))
+            append(_new_field(Field, (name, fid, t, s.unpack_from(buf, pos)[0])))
             pos = nxt
             continue
-        value, pos = _READERS[t](buf, pos, end, depth, t)
-        append(Field(name, fid, t, value))
+        if tb == 8 and end - pos >= 4:  # STRING, the commonest sized field: inline
+            start = pos + 4
+            nxt = start + _U32.unpack_from(buf, pos)[0]
+            if start < nxt <= end and buf[nxt - 1] == 0:
+                stop = buf.find(b"\0", start, nxt)
+                text = buf[start:stop].decode("utf-8", "surrogateescape")
+                append(_new_field(Field, (name, fid, t, text)))
+                pos = nxt
+                continue
+            # malformed: the general reader below says what is wrong
+        value, pos = _READER_BY_ID[tb](buf, pos, end, depth, t)
+        append(_new_field(Field, (name, fid, t, value)))
     return Message._of(fields)
+
+
+def _decode_name(raw: bytes) -> str:
+    name = raw.decode("utf-8", "surrogateescape")
+    if len(_name_cache) >= _CACHE_MAX:
+        _name_cache.clear()
+    _name_cache[raw] = name
+    return name
 
 
 def _sized(buf: bytes, pos: int, end: int, t: FieldType) -> tuple[int, int]:
@@ -597,3 +651,11 @@ _READERS: Final[dict[FieldType, _Reader]] = {
     _FT.VECTOR_MSG: _r_vmsg, _FT.VECTOR_TIME: _r_vtime, _FT.VECTOR_PRICE: _r_vprice,
     **{t: _vector_reader(f) for t, f in _VECTOR_FMT.items()},
 }
+
+# indexed by type byte; None for the fixed-width scalars (struct-packed inline) and unknowns
+_WRITER_BY_ID: Final[list[Any]] = [None] * 256
+_READER_BY_ID: Final[list[Any]] = [None] * 256
+for _t, _w in _WRITERS.items():
+    _WRITER_BY_ID[_t] = _w
+for _t, _r in _READERS.items():
+    _READER_BY_ID[_t] = _r

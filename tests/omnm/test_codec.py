@@ -152,6 +152,16 @@ def test_unencodable_values(value: Any, match: str) -> None:
         omnm.encode({"v": value})
 
 
+def test_cached_headers_are_still_checked() -> None:
+    first = omnm.encode([Field("a", 1, FT.I32, 1), Field("a", 2, FT.U8, 1)])
+    assert omnm.decode(first).fields == [Field("a", 1, FT.I32, 1), Field("a", 2, FT.U8, 1)]
+    with pytest.raises(EncodeError, match="fid"):
+        omnm.encode([Field("a", 70000, FT.I32, 1)])
+    with pytest.raises(EncodeError, match="not an omnm field type"):
+        omnm.encode([Field("a", 1, 99, 1)])  # type: ignore[arg-type]
+    assert omnm.encode([Field("a", 1, 18, 1)]) == omnm.encode([Field("a", 1, FT.I32, 1)])  # type: ignore[arg-type]
+
+
 def test_bad_names_and_fids() -> None:
     with pytest.raises(EncodeError, match="contains NUL"):
         omnm.encode([Field("a\0", 1, FT.I8, 1)])
