@@ -39,23 +39,22 @@ from ._tasks import TaskOwner
 from .config import Overflow, Settings, load_settings
 from .dataplane import DataPlane
 from .discovery.links import Driver
-from .discovery.peers import Peer, PeerEvent
+from .discovery.peers import Peer, PeerEvent, PeerEventHub, PeerEventStream
 from .errors import AozError, ClosedError, NoResponders, SubjectError, WaitTimeout
 from .interest import InterestSet
 from .message import Message
-from .protocol.codecs import Codec, encode_payload
-from .protocol.frames import encode_reply, encode_request, publish_header
+from .protocol.builder import FrameBuilder
+from .protocol.codecs import Codec
 from .protocol.subjects import compile_pattern, is_reserved, subject_bytes
 from .requests import ReplyStream, Requests
 from .routing import RoutingTable
-from .subscription import Mailbox, Subscription, SubscriptionStatistics
+from .subscription import Subscription, SubscriptionStatistics
 
 __all__ = ["Node", "NodeStatistics", "PeerEventStream", "ReplyStream", "connect"]
 
 log = logging.getLogger("aoz.node")
 
 _YIELD_EVERY = 256  # publishes between forced yields
-_CACHE_MAX = 8192  # the header cache is cleared when it grows past this
 _REPLY_ROUTE_WAIT = 2.0  # seconds a deferred reply waits for the requester's inbox filter
 _HOUSEKEEPING = 0.25  # seconds between sweeps of abandoned reply streams
 
@@ -108,10 +107,8 @@ class Node:
             self._requests.inbox_filter,
         )
         self._driver: Driver | None = None
-        self._peer_listeners: set[Mailbox[PeerEvent]] = set()
-        self._header_cache: dict[str, bytes] = {}
-        self._raw_headers: dict[str, bytes] = {}  # header + the raw codec byte
-        self._default_codec = Codec[s.default_codec.upper()]  # MSGPACK, JSON or OMNM
+        self._peer_hub = PeerEventHub()
+        self._frames = FrameBuilder(Codec[s.default_codec.upper()])  # MSGPACK, JSON or OMNM
         self._sends_since_yield = 0
         self._no_responders = 0
 
@@ -206,8 +203,7 @@ class Node:
         for sub in self._routes.clear():
             sub.close(error if failed else None)
         self._requests.fail_all(error)
-        for listener in list(self._peer_listeners):
-            listener.close(error if failed else None)
+        self._peer_hub.close(error if failed else None)
 
     @property
     def closed(self) -> bool:
@@ -232,26 +228,6 @@ class Node:
         return list(self._plane.endpoints)
 
     # ------------------------------------------------------------------ publish
-    def _header(self, subject: str) -> bytes:
-        h = self._header_cache.get(subject)
-        if h is None:
-            if not isinstance(subject, str):
-                raise SubjectError(
-                    f"subject must be a str, not {type(subject).__name__}", subject=None
-                )
-            if is_reserved(subject):
-                raise SubjectError(
-                    f"subject {subject!r} is reserved for aoz's inboxes and naming; "
-                    "choose a subject that does not start with _INBOX. or _NAMING",
-                    subject=subject,
-                )
-            h = publish_header(subject_bytes(subject))
-            if len(self._header_cache) >= _CACHE_MAX:
-                self._header_cache.clear()
-                self._raw_headers.clear()
-            self._header_cache[subject] = h
-        return h
-
     def publish_nowait(
         self, subject: str, data: object = b"", *, codec: Codec | None = None
     ) -> None:
@@ -262,15 +238,7 @@ class Node:
         """
         if not self._open:
             self._check_open()
-        raw_header = self._raw_headers.get(subject)
-        if raw_header is None:
-            raw_header = self._header(subject) + b"\0"
-            self._raw_headers[subject] = raw_header
-        if codec is None and type(data) is bytes:
-            frame = raw_header + data
-        else:
-            frame = raw_header[:-1] + encode_payload(data, codec, default=self._default_codec)
-        self._plane.send(frame)
+        self._plane.send(self._frames.publish(subject, data, codec))
 
     async def publish(
         self, subject: str, data: object = b"", *, codec: Codec | None = None
@@ -301,9 +269,8 @@ class Node:
         not stalled by a requester that has gone.
         """
         self._check_open()
-        payload = encode_payload(data, codec, default=self._default_codec)
         hb = handle.encode("ascii")
-        frame = encode_reply(hb, payload)
+        frame = self._frames.reply(hb, data, codec)
         if self._interest.routable(hb):
             self._plane.send(frame)
             return
@@ -405,9 +372,9 @@ class Node:
     # ------------------------------------------------------------------ request/reply
     def _request_parts(
         self, subject: str, data: object, codec: Codec | None
-    ) -> tuple[bytes, bytes]:
+    ) -> bytes:
         self._check_open()
-        self._header(subject)  # validates
+        self._frames.header(subject)  # validates
         sb = subject_bytes(subject)
         if not self._interest.covers(sb, responders=True):
             self._plane.read_interest()
@@ -418,7 +385,7 @@ class Node:
                     "responder or wait for one with `await node.wait_for_interest(subject)`",
                     subject=subject,
                 )
-        return sb, encode_payload(data, codec, default=self._default_codec)
+        return self._frames.payload(data, codec)
 
     async def request(
         self,
@@ -436,10 +403,10 @@ class Node:
 
         >>> reply = await node.request("SVC.quote", b"IBM", timeout=1.0)  # doctest: +SKIP
         """
-        sb, payload = self._request_parts(subject, data, codec)
-        send = self._plane.send
+        payload = self._request_parts(subject, data, codec)
+        send, frames = self._plane.send, self._frames
         return await self._requests.wait_first(
-            subject, timeout, lambda handle: send(encode_request(sb, handle, payload))
+            subject, timeout, lambda handle: send(frames.request(subject, handle, payload))
         )
 
     def request_many(
@@ -458,10 +425,10 @@ class Node:
         """
         if max_replies is not None and max_replies < 1:
             raise AozError("max_replies must be >= 1 (or None for every reply until timeout)")
-        sb, payload = self._request_parts(subject, data, codec)
+        payload = self._request_parts(subject, data, codec)
         stream, handle = self._requests.open_stream(subject, timeout, max_replies)
         try:
-            self._plane.send(encode_request(sb, handle, payload))
+            self._plane.send(self._frames.request(subject, handle, payload))
         except BaseException:
             stream.close()
             raise
@@ -481,8 +448,7 @@ class Node:
         return self._plane.link_up(endpoint)
 
     def peer_event(self, event: PeerEvent) -> None:
-        for listener in list(self._peer_listeners):
-            listener.push(event)
+        self._peer_hub.push(event)
 
     def count(self, counter: str, n: int = 1) -> None:
         self._plane.count(counter, n)
@@ -495,10 +461,7 @@ class Node:
     def peer_events(self, queue_size: int = 1024) -> PeerEventStream:
         """An async iterator of peer events (joined/left/expired) from now on."""
         self._check_open()
-        box: Mailbox[PeerEvent] = Mailbox(queue_size, "drop_oldest")
-        box._on_close = lambda: self._peer_listeners.discard(box)
-        self._peer_listeners.add(box)
-        return PeerEventStream(box)
+        return self._peer_hub.stream(queue_size)
 
     async def wait_for_peer(
         self, match: str | Callable[[Peer], bool], timeout: float = 10.0
@@ -507,21 +470,8 @@ class Node:
         pred: Callable[[Peer], bool] = (
             (lambda p: p.uuid == match) if isinstance(match, str) else match
         )
-        events = self.peer_events()
-        try:
-            with anyio.fail_after(timeout):
-                for p in self.peers:
-                    if pred(p):
-                        return p
-                async for ev in events:
-                    if ev.kind == "joined" and pred(ev.peer):
-                        return ev.peer
-        except TimeoutError:
-            raise WaitTimeout(f"no matching peer appeared within {timeout} s",
-                              timeout=timeout) from None
-        finally:
-            await events.aclose()
-        raise ClosedError("node closed while waiting for a peer")
+        self._check_open()
+        return await self._peer_hub.wait_for(lambda: self.peers, pred, timeout)
 
     # ------------------------------------------------------------------ stats
     def statistics(self) -> NodeStatistics:
@@ -551,24 +501,6 @@ class Node:
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("open" if self._started else "new")
         return f"<aoz.Node {self.uuid[:8]} {self.settings.mode} {self.endpoint or '-'} {state}>"
-
-
-class PeerEventStream:
-    """Peer events (joined/left/expired) as an async iterator; ``aclose()`` stops it."""
-
-    __slots__ = ("_box",)
-
-    def __init__(self, box: Mailbox[PeerEvent]) -> None:
-        self._box = box
-
-    def __aiter__(self) -> PeerEventStream:
-        return self
-
-    async def __anext__(self) -> PeerEvent:
-        return await self._box._get()
-
-    async def aclose(self) -> None:
-        self._box.close()
 
 
 def _program_name() -> str:

@@ -419,7 +419,7 @@ class Run:
                             self.record(f"discovery_{n}_s", "aoz", r["seconds"], r["raw"])
                 else:
                     self.notes.append(
-                        "discovery convergence skipped: aoz.discovery.bench is not there yet"
+                        "discovery convergence skipped: benchmarks.discovery is not there"
                     )
         finally:
             nats.stop()

@@ -55,7 +55,7 @@ async def pub(p: dict[str, Any], stall: bool = False) -> None:
 
 async def sub(p: dict[str, Any], stall: bool = False) -> None:
     async with aoz.connect(connect=[p["endpoint"]]) as node:
-        subscription = node.subscribe(SUBJECT)
+        subscription = node.subscribe(p.get("pattern", SUBJECT))  # exact, or a wildcard
         emit("ready")
         if stall:
             # A stalled process: the event loop itself is blocked, nothing is read.

@@ -208,7 +208,13 @@ def _pair_params(system: str, nats_url: str) -> tuple[str, dict[str, Any], dict[
 
 
 def run_pubsub(
-    system: str, size: int, n: int, timeout: float, nats_url: str = "", stall: bool = False
+    system: str,
+    size: int,
+    n: int,
+    timeout: float,
+    nats_url: str = "",
+    stall: bool = False,
+    sub_extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     pub_p: dict[str, Any]
     sub_p: dict[str, Any]
@@ -222,7 +228,7 @@ def run_pubsub(
         pub_module = sub_module = MODULES[system]
         first, pub_p, sub_p = _pair_params(system, nats_url)
     pub_p = {**pub_p, "size": size, "n": n}
-    sub_p = {**sub_p, "n": n, "deadline": timeout}
+    sub_p = {**sub_p, **(sub_extra or {}), "n": n, "deadline": timeout}
     pub_action, sub_action = ("stallpub", "stallsub") if stall else ("pub", "sub")
     if first == "pub":
         with started(pub_module, pub_action, pub_p) as pub:
@@ -318,17 +324,17 @@ def run_idle(system: str, count: int, nats_url: str = "") -> dict[str, Any]:
 
 def discovery_available() -> bool:
     try:
-        return importlib.util.find_spec("aoz.discovery.bench") is not None
+        return importlib.util.find_spec("benchmarks.discovery") is not None
     except ImportError:
         return False
 
 
 def run_discovery(n: int, timeout: float) -> dict[str, Any]:
-    """``python -m aoz.discovery.bench N``: prints JSON with the convergence time."""
+    """``python -m benchmarks.discovery N``: prints JSON with the convergence time."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "aoz.discovery.bench", str(n)],
+        [sys.executable, "-m", "benchmarks.discovery", str(n)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=ROOT,

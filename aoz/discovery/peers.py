@@ -1,12 +1,18 @@
-"""The peer table's public types, shared by every discovery mode."""
+"""The peer table's public types, shared by every discovery mode, and the hub that
+fans peer events out to ``node.peer_events()`` listeners."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
+import anyio
 import msgspec
 
-__all__ = ["Peer", "PeerEvent", "PeerEventKind"]
+from ..errors import ClosedError, WaitTimeout
+from ..subscription import Mailbox
+
+__all__ = ["Peer", "PeerEvent", "PeerEventHub", "PeerEventKind", "PeerEventStream"]
 
 PeerEventKind = Literal["joined", "left", "expired"]
 
@@ -30,3 +36,65 @@ class PeerEvent(msgspec.Struct, frozen=True, kw_only=True):
 
     kind: PeerEventKind
     peer: Peer
+
+
+class PeerEventStream:
+    """Peer events (joined/left/expired) as an async iterator; ``aclose()`` stops it."""
+
+    __slots__ = ("_box",)
+
+    def __init__(self, box: Mailbox[PeerEvent]) -> None:
+        self._box = box
+
+    def __aiter__(self) -> PeerEventStream:
+        return self
+
+    async def __anext__(self) -> PeerEvent:
+        return await self._box._get()
+
+    async def aclose(self) -> None:
+        self._box.close()
+
+
+class PeerEventHub:
+    """Every listener gets every event; each listener's queue is bounded (drop oldest)."""
+
+    __slots__ = ("_listeners",)
+
+    def __init__(self) -> None:
+        self._listeners: set[Mailbox[PeerEvent]] = set()
+
+    def push(self, event: PeerEvent) -> None:
+        for listener in list(self._listeners):
+            listener.push(event)
+
+    def stream(self, queue_size: int = 1024) -> PeerEventStream:
+        box: Mailbox[PeerEvent] = Mailbox(queue_size, "drop_oldest")
+        box._on_close = lambda: self._listeners.discard(box)
+        self._listeners.add(box)
+        return PeerEventStream(box)
+
+    def close(self, error: BaseException | None = None) -> None:
+        """End every listener (with ``error`` instead of a clean end when given)."""
+        for listener in list(self._listeners):
+            listener.close(error)
+
+    async def wait_for(
+        self, known: Callable[[], list[Peer]], pred: Callable[[Peer], bool], timeout: float
+    ) -> Peer:
+        """The first peer, known now or joining later, that satisfies ``pred``."""
+        events = self.stream()
+        try:
+            with anyio.fail_after(timeout):
+                for p in known():
+                    if pred(p):
+                        return p
+                async for ev in events:
+                    if ev.kind == "joined" and pred(ev.peer):
+                        return ev.peer
+        except TimeoutError:
+            raise WaitTimeout(f"no matching peer appeared within {timeout} s",
+                              timeout=timeout) from None
+        finally:
+            await events.aclose()
+        raise ClosedError("node closed while waiting for a peer")

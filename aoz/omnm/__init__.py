@@ -45,9 +45,19 @@ OpenMAMA quirks aoz follows or guards against:
 - A STRING ends at its first NUL; a field needs a name or a non-zero fid.
 """
 
-from ._codec import MAX_DEPTH, decode, encode, field_from_value, narrowest_int_type
+from ._codec import MAX_DEPTH, decode, encode
 from ._json import format_fields, from_json, to_json, value_to_json
-from ._model import Field, FieldType, Message, OpenMamaCompatWarning, Price, Time, Typed
+from ._model import (
+    Field,
+    FieldType,
+    Message,
+    OpenMamaCompatWarning,
+    Price,
+    Time,
+    Typed,
+    field_from_value,
+    narrowest_int_type,
+)
 
 __all__ = [
     "MAX_DEPTH",

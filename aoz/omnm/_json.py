@@ -18,8 +18,7 @@ from typing import Any
 import msgspec
 
 from ..errors import EncodeError
-from ._codec import field_from_value
-from ._model import Field, FieldType, Message, Price, Time, Typed
+from ._model import Field, FieldType, Message, Price, Time, Typed, field_from_value
 
 __all__ = ["format_fields", "from_json", "to_json", "value_to_json"]
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import enum
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, ClassVar, NamedTuple, TypeAlias
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, ClassVar, Final, NamedTuple, TypeAlias
 
 import msgspec
+
+from ..errors import EncodeError
 
 __all__ = [
     "Field",
@@ -17,6 +19,8 @@ __all__ = [
     "Price",
     "Time",
     "Typed",
+    "field_from_value",
+    "narrowest_int_type",
 ]
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
@@ -184,8 +188,6 @@ class Message:
         elif isinstance(fields, Message):
             self.fields = list(fields.fields)
         elif isinstance(fields, Mapping):
-            from ._codec import field_from_value
-
             self.fields = [field_from_value(k, 0, v) for k, v in fields.items()]
         else:
             self.fields = [f if isinstance(f, Field) else Field(*f) for f in fields]
@@ -204,8 +206,6 @@ class Message:
 
         Returns the message, so calls chain.
         """
-        from ._codec import field_from_value
-
         v = value if type is None else Typed(type, value)
         self.fields.append(field_from_value(name, fid, v))
         return self
@@ -285,3 +285,168 @@ def _plain(value: Any, plain: bool) -> Any:
             except (OverflowError, ValueError):
                 return None
     return value
+
+
+_FT = FieldType
+# Field(...) without NamedTuple's Python-level __new__ (hot in decoding and inference)
+_new_field: Final[Callable[[type[Field], tuple[Any, ...]], Field]] = tuple.__new__
+
+_INT_RANGES: Final = (
+    (_FT.U8, 0, 0xFF), (_FT.U16, 0, 0xFFFF), (_FT.U32, 0, _U32_MAX), (_FT.U64, 0, 2**64 - 1),
+    (_FT.I8, -(2**7), 2**7 - 1), (_FT.I16, -(2**15), 2**15 - 1),
+    (_FT.I32, -(2**31), 2**31 - 1), (_FT.I64, -(2**63), 2**63 - 1),
+)
+_TO_VECTOR: Final = {
+    _FT.BOOL: _FT.VECTOR_BOOL, _FT.CHAR: _FT.VECTOR_CHAR, _FT.I8: _FT.VECTOR_I8,
+    _FT.U8: _FT.VECTOR_U8, _FT.I16: _FT.VECTOR_I16, _FT.U16: _FT.VECTOR_U16,
+    _FT.I32: _FT.VECTOR_I32, _FT.U32: _FT.VECTOR_U32, _FT.I64: _FT.VECTOR_I64,
+    _FT.U64: _FT.VECTOR_U64, _FT.F32: _FT.VECTOR_F32, _FT.F64: _FT.VECTOR_F64,
+    _FT.STRING: _FT.VECTOR_STRING, _FT.MSG: _FT.VECTOR_MSG, _FT.TIME: _FT.VECTOR_TIME,
+    _FT.PRICE: _FT.VECTOR_PRICE,
+}
+
+
+# ----------------------------------------------------------------------------- inference
+def narrowest_int_type(lo: int, hi: int | None = None) -> FieldType:
+    """The narrowest omnm integer type holding ``lo..hi``: unsigned unless negative.
+
+    OpenMAMA's numeric getters accept any field no wider than themselves (``getI64``
+    reads a U8), so the narrowest type is the one every reader accepts.
+
+    >>> narrowest_int_type(100), narrowest_int_type(-1), narrowest_int_type(0, 70000)
+    (<_FT.U8: 15>, <_FT.I8: 14>, <_FT.U32: 19>)
+    """
+    hi = lo if hi is None else hi
+    for t, a, b in _INT_RANGES:
+        if a <= lo and hi <= b:
+            return t
+    raise EncodeError(
+        f"integer {lo if lo < -(2**63) else hi} does not fit in 64 bits; omnm has no wider "
+        "integer type (send it as a STRING or F64)"
+    )
+
+
+def _scalar_type(value: Any) -> FieldType:
+    if isinstance(value, bool):
+        return _FT.BOOL
+    if isinstance(value, int):
+        return narrowest_int_type(value)
+    if isinstance(value, float):
+        return _FT.F64
+    if isinstance(value, str):
+        return _FT.STRING
+    if isinstance(value, bytes | bytearray | memoryview):
+        return _FT.OPAQUE
+    if isinstance(value, Time | _dt.datetime):
+        return _FT.TIME
+    if isinstance(value, Price):
+        return _FT.PRICE
+    if isinstance(value, Message | Mapping):
+        return _FT.MSG
+    if value is None:
+        raise EncodeError("omnm has no null value; leave the field out instead")
+    raise EncodeError(
+        f"cannot infer an omnm type for a {type(value).__name__}; use bool, int, float, str, "
+        "bytes, datetime, Time, Price, dict/Message, a list of those, or Typed(type, value)"
+    )
+
+
+def _vector_type(values: list[Any] | tuple[Any, ...]) -> FieldType:
+    if not values:
+        return _FT.VECTOR_I8  # any vector type reads an empty vector; pick the smallest
+    kinds = {_scalar_type(v) for v in values}
+    ints = {_FT.I8, _FT.U8, _FT.I16, _FT.U16, _FT.I32, _FT.U32, _FT.I64, _FT.U64}
+    if kinds <= ints:
+        return _TO_VECTOR[narrowest_int_type(min(values), max(values))]
+    if kinds <= ints | {_FT.F64}:
+        return _FT.VECTOR_F64
+    if len(kinds) == 1:
+        (k,) = kinds
+        if k in _TO_VECTOR and k is not _FT.OPAQUE:
+            return _TO_VECTOR[k]
+    names = ", ".join(sorted(k.name for k in kinds))
+    raise EncodeError(
+        f"a list becomes an omnm vector, whose elements share one type; this one mixes {names}"
+    )
+
+
+def field_from_value(name: str | None, fid: int, value: Any) -> Field:
+    """A :class:`Field` for a Python value, its type inferred unless ``value`` is :class:`Typed`.
+
+    ``bool`` -> BOOL, ``int`` -> the narrowest integer type, ``float`` -> F64, ``str`` ->
+    STRING, ``bytes`` -> OPAQUE, aware ``datetime``/:class:`Time` -> TIME, :class:`Price`
+    -> PRICE, ``dict``/:class:`Message` -> MSG, ``list`` -> the matching vector.
+    """
+    tv = type(value)
+    if tv is str or tv is float:  # the common cases, without the general dispatch
+        return _new_field(Field, (name, fid, _FT.STRING if tv is str else _FT.F64, value))
+    if tv is int:
+        if 0 <= value <= 0xFFFF_FFFF:
+            t = _FT.U8 if value <= 0xFF else _FT.U16 if value <= 0xFFFF else _FT.U32
+        else:
+            t = narrowest_int_type(value)
+        return _new_field(Field, (name, fid, t, value))
+    if isinstance(value, Typed):
+        try:
+            t = FieldType(value.type)
+        except ValueError:
+            raise EncodeError(f"{value.type!r} is not an omnm field type") from None
+        value = value.value
+    elif isinstance(value, list) or type(value) is tuple:  # not Time/Price (named tuples)
+        t = _vector_type(value)
+    else:
+        t = _scalar_type(value)
+    return Field(name, fid, t, _normalise(t, value))
+
+
+def _normalise(t: FieldType, value: Any) -> Any:
+    if t is _FT.MSG:
+        return value if isinstance(value, Message) else _as_message(value)
+    if t is _FT.TIME:
+        return _as_time(value)
+    if t is _FT.PRICE:
+        return _as_price(value)
+    if t is _FT.OPAQUE and isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    if t.is_vector and isinstance(value, tuple):
+        value = list(value)
+    if t is _FT.VECTOR_MSG:
+        return [v if isinstance(v, Message) else _as_message(v) for v in value]
+    if t is _FT.VECTOR_TIME:
+        return [_as_time(v) for v in value]
+    if t is _FT.VECTOR_PRICE:
+        return [_as_price(v) for v in value]
+    return value
+
+
+def _as_message(value: Any) -> Message:
+    if isinstance(value, Message):
+        return value
+    if isinstance(value, Mapping):
+        return Message(value)
+    try:
+        return Message(value)
+    except (TypeError, ValueError):
+        raise EncodeError(
+            f"a MSG field needs a dict, an omnm.Message or a list of Fields, "
+            f"not {type(value).__name__}"
+        ) from None
+
+
+def _as_time(value: Any) -> Time:
+    if isinstance(value, Time):
+        return value
+    if isinstance(value, _dt.datetime):
+        try:
+            return Time.from_datetime(value)
+        except ValueError as exc:
+            raise EncodeError(str(exc)) from None
+    raise EncodeError(f"a TIME field needs an aware datetime or omnm.Time, not {value!r}")
+
+
+def _as_price(value: Any) -> Price:
+    if isinstance(value, Price):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return Price(float(value))  # what mamaPrice_setValue writes: valid, no precision
+    raise EncodeError(f"a PRICE field needs an omnm.Price or a number, not {value!r}")

@@ -102,7 +102,7 @@ def publish_subject_end(frame: bytes) -> int:
     >>> publish_subject_end(b"A.B\x00\x01\x00hi"), publish_subject_end(b"A\x00\x02")
     (3, -1)
     """
-    end = frame.find(b"\x00", 1, MAX_SUBJECT + 1)
+    end = frame.find(b"\x00", 0, MAX_SUBJECT + 1)
     if end > 0 and frame.startswith(_PUBLISH_TAIL, end):
         return end
     return -1

@@ -1,6 +1,6 @@
 """Discovery benchmarks: how fast n nodes reach a full mesh, how fast an nsd restart heals.
 
-``python -m aoz.discovery.bench N`` starts an embedded nsd and N nodes, each in its
+``python -m benchmarks.discovery N`` starts an embedded nsd and N nodes, each in its
 own process, and prints one JSON line::
 
     {"nodes": 10, "converge_s": 0.21, "mode": "processes"}
@@ -29,9 +29,9 @@ import anyio
 from anyio.abc import Process
 from anyio.streams.text import TextReceiveStream
 
-from ..errors import AozError
-from ..node import Node, connect
-from .nsd import NamingDaemon
+from aoz.discovery.nsd import NamingDaemon
+from aoz.errors import AozError
+from aoz.node import Node, connect
 
 __all__ = ["measure_convergence", "measure_convergence_processes", "measure_heal"]
 
@@ -154,7 +154,7 @@ async def _reap(proc: Process) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m aoz.discovery.bench")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.discovery")
     parser.add_argument("nodes", type=int, help="number of nodes")
     parser.add_argument("--inprocess", action="store_true", help="all nodes in this process")
     parser.add_argument("--heal", action="store_true", help="also measure an nsd restart")
