@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from ..errors import EncodeError
-from ._model import Field, FieldType, Message, Price, Time, Typed, field_from_value
+from ._model import Field, FieldType, Message, Price, Time, Typed, field_from_value, printable
 
 __all__ = ["format_fields", "from_json", "to_json", "value_to_json"]
 
@@ -55,6 +55,10 @@ def value_to_json(t: FieldType, v: Any) -> Any:
         return _float_json(v, t is _FT.F32)
     if t is _FT.VECTOR_F32 or t is _FT.VECTOR_F64:
         return [_float_json(x, t is _FT.VECTOR_F32) for x in v]
+    if t is _FT.STRING:
+        return printable(v)
+    if t is _FT.VECTOR_STRING:
+        return [printable(x) for x in v]
     if t is _FT.OPAQUE:
         return bytes(v).hex()
     if t is _FT.TIME:
@@ -79,11 +83,18 @@ def _price_json(p: Price) -> dict[str, Any]:
 def to_json(message: Message) -> list[dict[str, Any]]:
     """A JSON-ready, lossless view: one ``{"name", "fid", "type", "value"}`` per field.
 
+    (Lossless for text that is UTF-8; other bytes in a STRING show as ``\\xNN``.)
+
     >>> to_json(Message({"bid": 1.5}))
     [{'name': 'bid', 'fid': 0, 'type': 'F64', 'value': 1.5}]
     """
     return [
-        {"name": f.name, "fid": f.fid, "type": f.type.name, "value": value_to_json(f.type, f.value)}
+        {
+            "name": None if f.name is None else printable(f.name),
+            "fid": f.fid,
+            "type": f.type.name,
+            "value": value_to_json(f.type, f.value),
+        }
         for f in message.fields
     ]
 
@@ -253,8 +264,8 @@ def _text(t: FieldType, v: Any) -> str:
     if t is _FT.VECTOR_F32:
         return "{" + ",".join(repr(_f32_short(x)) for x in v) + "}"
     if t.is_vector:
-        return "{" + ",".join(str(x) for x in v) + "}"
-    return str(v)
+        return "{" + ",".join(printable(str(x)) for x in v) + "}"
+    return printable(str(v))
 
 
 def _time_text(t: Time) -> str:
@@ -278,7 +289,7 @@ def format_fields(message: Message, indent: int = 0) -> str:
     lines: list[str] = []
     pad = "    " * indent
     for f in message.fields:
-        name = f.name if f.name is not None else "-"
+        name = printable(f.name) if f.name is not None else "-"
         head = f"{pad}{name:<20} | {f.fid:5d} | {f.type.name:<13} | "
         if f.type is _FT.MSG:
             lines.append(head + "{")

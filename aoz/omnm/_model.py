@@ -258,7 +258,7 @@ class Message:
         """
         out: dict[str, Any] = {}
         for f in self.fields:
-            key = f.name if f.name else str(f.fid)
+            key = (printable(f.name) if plain else f.name) if f.name else str(f.fid)
             if key not in out:
                 out[key] = _plain(f.value, plain)
         return out
@@ -271,12 +271,27 @@ class Message:
         return f"omnm.Message({inner})"
 
 
+def printable(text: str) -> str:
+    """``text`` as valid Unicode: bytes that were not UTF-8 on the wire become ``\\xNN``.
+
+    Decoding keeps such bytes (as surrogate escapes) so re-encoding is exact; JSON,
+    terminals and Arrow need real text.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return text
+
+
 def _plain(value: Any, plain: bool) -> Any:
     if isinstance(value, Message):
         return value.to_dict(plain=plain)
     if isinstance(value, list) and value and isinstance(value[0], Message):
         return [m.to_dict(plain=plain) for m in value]
     if plain:
+        if isinstance(value, str):
+            return printable(value)
         if isinstance(value, Price):
             return value.value
         if isinstance(value, Time) and value.hints & Time.HAS_DATE:

@@ -270,3 +270,25 @@ def test_non_finite_floats_survive() -> None:
     back = omnm.decode(omnm.encode(msg))
     assert back["a"] == math.inf and math.isnan(back["b"])
     assert omnm.to_json(back)[1]["value"] == "NaN"
+
+
+def test_text_that_is_not_utf8_is_shown_not_crashed_on() -> None:
+    import msgspec
+
+    raw = b"O\x01\x00\x08\x01\x00n\xe9\x00" + struct.pack("<I", 5) + b"caf\xe9\0"
+    msg = omnm.decode(raw)
+    assert omnm.encode(msg) == raw  # the bytes survive a round trip
+    shown = omnm.to_json(msg)
+    assert shown == [{"name": "n\\xe9", "fid": 1, "type": "STRING", "value": "caf\\xe9"}]
+    msgspec.json.encode(shown)  # JSON-safe
+    assert omnm.format_fields(msg).encode("utf-8").endswith(b"caf\\xe9")
+    assert msg.to_dict(plain=True) == {"n\\xe9": "caf\\xe9"}
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(messages)
+def test_the_json_form_is_lossless(msg: Message) -> None:
+    import json
+
+    text = json.dumps(omnm.to_json(msg), allow_nan=False)
+    assert omnm.encode(omnm.from_json(json.loads(text))) == omnm.encode(msg)
