@@ -34,6 +34,8 @@ async def main() -> None:
         async with aoz.connect(bind=["tcp://127.0.0.1:*"], default_codec="omnm") as node:
             node.connect_peer(oz_pub.getsockopt_string(zmq.LAST_ENDPOINT))
             oz_sub.connect(node.endpoint)
+            oz_sub.subscribe(b"MD.NYSE.IBM\0")  # the OZ program listens to IBM quotes
+            await node.wait_for_interest("MD.NYSE.IBM")  # ...and its filter reached us
 
             # 1. An OZ program publishes; aoz reads the fields.
             async with node.subscribe("MD.>") as sub:
@@ -48,8 +50,6 @@ async def main() -> None:
             print("MdSeqNum =", tick["MdSeqNum"], "| fid 12 =", tick[12])
 
             # 2. aoz publishes; the OZ program gets plain omnm bytes.
-            oz_sub.subscribe(b"MD.NYSE.IBM\0")
-            await node.wait_for_interest("MD.NYSE.IBM")
             quote = omnm.Message().add("wIssueSymbol", "IBM", fid=305)
             quote.add("wBidPrice", Price(141.5, 2), fid=237)  # PRICE, hundredths
             quote.add("wBidSize", 300, fid=238, type=FieldType.U32)  # a fixed width

