@@ -39,6 +39,7 @@ __all__ = ["Mode", "Overflow", "Settings", "load_settings"]
 
 Mode = Literal["naming", "static", "broker", "udp"]
 Overflow = Literal["drop_newest", "drop_oldest"]
+SendPolicy = Literal["drop", "block"]
 
 DEFAULT_NSD = "tcp://127.0.0.1:5756"
 
@@ -77,14 +78,22 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     #: per-subscription queue bound and what happens when it is full
     queue_size: int = 65536
     overflow: Overflow = "drop_newest"
-    #: ZeroMQ high-water marks of the data sockets (messages)
-    send_hwm: int = 100_000
+    #: ZeroMQ high-water marks of the data sockets (messages). A stalled subscriber costs
+    #: its publisher at most about send_hwm x (message size + 100 B) plus the kernel's
+    #: socket buffers: ~10 MiB + ~4 MiB for 1 KiB messages with the default
+    send_hwm: int = 10_000
     recv_hwm: int = 100_000
+    #: what a publish does when a subscriber's queue at this node is full: ``drop`` (that
+    #: subscriber loses the message and counts it through sequence gaps, ``lost``) or
+    #: ``block`` (``await publish()`` waits until every subscriber has room; nothing is lost)
+    send_policy: SendPolicy = "drop"
+    #: number publications per subject, so subscribers detect and count losses exactly
+    sequence: bool = True
     #: codec used for payloads that are not bytes/str: ``msgpack``, ``json`` or ``omnm``
     #: (OpenMAMA's format, OZ's default: dicts then reach OZ programs as omnm messages)
     default_codec: Literal["msgpack", "json", "omnm"] = "msgpack"
-    #: socket linger on close, seconds
-    linger: float = 0.1
+    #: on close, how long queued outgoing messages may take to leave, seconds
+    linger: float = 1.0
     #: CURVE on the data plane (see aoz.security): the mesh's server keypair, this
     #: node's client keypair (generated when omitted) and the allowed client keys
     curve_server_public: str | None = None
@@ -103,6 +112,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
         _check(self.queue_size >= 1, "queue_size must be >= 1")
         _check(0 < self.udp_port < 65536, "udp_port must be within 1..65535")
         _check(self.linger >= 0, "linger must be >= 0 seconds")
+        _check(self.send_hwm >= 1 and self.recv_hwm >= 1, "send_hwm and recv_hwm must be >= 1")
         keys = (self.curve_server_public, self.curve_server_secret, self.curve_public,
                 self.curve_secret, *(self.curve_allow or ()))
         for key in keys:

@@ -42,10 +42,11 @@ import zmq
 from zmq.utils.monitor import parse_monitor_message
 
 from .config import Settings
-from .errors import AozError, ConfigError, TransportError
+from .errors import AozError, ConfigError, TransportError, WouldBlock
 from .interest import InterestSet
 from .message import Message, Responder
 from .protocol.frames import Kind, decode_frame, publish_subject_end
+from .protocol.sequence import FLAG, HEADER_LEN, PACK, gap
 from .routing import RoutingTable
 from .security import ZAP_ENDPOINT, keypair, zap_reply
 from .subscription import Subscription
@@ -57,6 +58,9 @@ log = logging.getLogger("aoz.node")
 _BATCH = 1024  # frames drained per wake-up before other callbacks run
 _COPY_THRESHOLD = 65536  # larger frames are sent zero-copy
 _DISCONNECT_GRACE = 0.5  # seconds a departed peer's data link may still drain
+_HANDSHAKE_MS = 5000  # a ZMTP handshake (CURVE included) must complete within this
+_CONNECT_TIMEOUT_MS = 1000  # one TCP connect attempt, before the next reconnect
+_STREAMS_MAX = 65536  # (subject, publisher) sequence states kept before starting over
 
 
 @contextmanager
@@ -96,16 +100,18 @@ class DataPlane:
         self._inbox_filter = inbox_filter
         #: set whenever the interest set changes (wait_for_interest waits on it)
         self.interest_changed = asyncio.Event()
+        #: set when the publisher may have room again (blocked sends wait on it)
+        self._writable = asyncio.Event()
+        self._send_waiters = 0
         self.endpoint = ""
         self.endpoints: list[str] = []
         self._closing = False
 
-        # CURVE authentication is per context (one ZAP handler each), so a secured node
-        # gets a context of its own; every other node shares the process's instance.
+        # A context of its own: closing the node can then wait (in a worker thread,
+        # bounded by the linger) until what is queued has left, and a CURVE node has
+        # its own ZAP handler.
         self._curve = settings.curve_server_public is not None
-        self._ctx: zmq.Context[zmq.Socket[bytes]] = (
-            zmq.Context() if self._curve else zmq.Context.instance()
-        )
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self._zap: zmq.Socket[bytes] | None = None
         self._curve_allowed: set[str] = set()
         self._pub: zmq.Socket[bytes] | None = None
@@ -121,8 +127,14 @@ class DataPlane:
         self.bytes_in = 0
         self.messages_out = 0
         self.bytes_out = 0
+        self.dropped_out = 0  # publishes dropped at a full queue (block node, block=False)
+        self.blocked_sends = 0  # publishes that had to wait for room
         self.malformed = 0
+        self.lost = 0  # messages known missing upstream (sequence gaps), all subscriptions
         self.counters: dict[str, int] = {}
+        # subject -> publisher id -> last sequence seen (see aoz.protocol.sequence)
+        self._streams: dict[bytes, dict[int, int]] = {}
+        self._nstreams = 0
 
     def count(self, counter: str, n: int = 1) -> None:
         self.counters[counter] = self.counters.get(counter, 0) + n
@@ -142,19 +154,10 @@ class DataPlane:
             self._pub, self._sub = pub, sub
             if self._curve:
                 self._setup_curve(pub, sub)
-            linger = int(s.linger * 1000)
-            for sock in (pub, sub):
-                sock.setsockopt(zmq.LINGER, linger)
-                sock.setsockopt(zmq.RECONNECT_IVL, max(1, int(s.reconnect_interval * 1000)))
-                if s.heartbeat_interval > 0:
-                    ivl = int(s.heartbeat_interval * 1000)
-                    sock.setsockopt(zmq.HEARTBEAT_IVL, ivl)
-                    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, ivl * 3)
-            pub.setsockopt(zmq.SNDHWM, s.send_hwm)
-            sub.setsockopt(zmq.RCVHWM, s.recv_hwm)
+            self._options(pub, sub)
             if s.mode in ("naming", "udp"):
                 self._mon = sub.get_monitor_socket(
-                    zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
+                    zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
                 )
         if s.mode in ("naming", "udp"):
             self._bind(f"tcp://{s.publish_address}:*")
@@ -173,6 +176,47 @@ class DataPlane:
             self._connect_sub(s.broker_sub)
         with _mapped("cannot subscribe to this node's inbox"):
             sub.setsockopt(zmq.SUBSCRIBE, self._inbox_filter)
+
+    def _options(self, pub: zmq.Socket[bytes], sub: zmq.Socket[bytes]) -> None:
+        """Socket options; why each matters:
+
+        - Heartbeats run on the XPUB only (ping every ``heartbeat_interval``, drop a
+          subscriber that has not answered within 3 of them): a frozen or vanished
+          subscriber is cut, which frees what it held at this publisher and withdraws
+          its filters (that is how a peer's link is seen to die). The SUB runs no
+          heartbeat timer and the XPUB asks for none (TTL 0): libzmq aborts
+          (``Assertion failed: !_io_error``, zeromq/libzmq#3937, #4767) when a heartbeat
+          timer fires on a connection whose input is stopped because the receiving
+          queue is full, which a burst into a busy subscriber makes likely.
+        - The SUB uses TCP keepalive instead, so a connection whose peer has gone
+          (a healed network cut, a rebooted host) is noticed and reconnected; the
+          connect timeout bounds each attempt so a reconnect follows within about a
+          second of the network healing.
+        - A handshake that does not complete in time (a frozen peer whose kernel still
+          accepts connections) is dropped; a link is up only once the handshake succeeded.
+        - ``send_policy="block"``: XPUB_NODROP, so a full subscriber queue makes the
+          send wait instead of dropping.
+        """
+        s = self.settings
+        linger = int(s.linger * 1000)
+        for sock in (pub, sub):
+            sock.setsockopt(zmq.LINGER, linger)
+            sock.setsockopt(zmq.HANDSHAKE_IVL, _HANDSHAKE_MS)
+        pub.setsockopt(zmq.SNDHWM, s.send_hwm)
+        if s.heartbeat_interval > 0:
+            ivl = max(1, int(s.heartbeat_interval * 1000))
+            pub.setsockopt(zmq.HEARTBEAT_IVL, ivl)
+            pub.setsockopt(zmq.HEARTBEAT_TIMEOUT, ivl * 3)
+            pub.setsockopt(zmq.HEARTBEAT_TTL, 0)
+        if s.send_policy == "block":
+            pub.setsockopt(zmq.XPUB_NODROP, 1)
+        sub.setsockopt(zmq.RCVHWM, s.recv_hwm)
+        sub.setsockopt(zmq.RECONNECT_IVL, max(1, int(s.reconnect_interval * 1000)))
+        sub.setsockopt(zmq.CONNECT_TIMEOUT, _CONNECT_TIMEOUT_MS)
+        sub.setsockopt(zmq.TCP_KEEPALIVE, 1)
+        sub.setsockopt(zmq.TCP_KEEPALIVE_IDLE, 1)
+        sub.setsockopt(zmq.TCP_KEEPALIVE_INTVL, 1)
+        sub.setsockopt(zmq.TCP_KEEPALIVE_CNT, 3)
 
     def _setup_curve(self, pub: zmq.Socket[bytes], sub: zmq.Socket[bytes]) -> None:
         s = self.settings
@@ -233,8 +277,9 @@ class DataPlane:
         for sock in (self._mon, self._sub, self._pub, self._zap):
             if sock is not None and not sock.closed:
                 sock.close(linger=linger)
-        if self._curve and not self._ctx.closed:
-            # term() blocks until the sockets' linger ran out: not on the event loop
+        if not self._ctx.closed:
+            # term() returns once what was queued has left, or the linger ran out;
+            # it blocks, so not on the event loop
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(self._ctx.term)
 
@@ -331,6 +376,8 @@ class DataPlane:
                             continue
                     if subs:
                         msg = Message(frame, nul, nul + 3, publish, None, now, responder)
+                        if len(frame) >= nul + 3 + HEADER_LEN and frame[nul + 3] & FLAG:
+                            self._sequence(sb, frame, nul + 4, msg, subs)
                         for s in subs:
                             s.push(msg)
                 else:
@@ -343,6 +390,34 @@ class DataPlane:
             self.messages_in += n
             self.bytes_in += nbytes
         return n
+
+    def _sequence(
+        self, subject: bytes, frame: bytes, at: int, msg: Message, subs: tuple[Subscription, ...]
+    ) -> None:
+        """Check a sequenced frame against the last one of its (subject, publisher)."""
+        publisher, seq = PACK.unpack_from(frame, at)
+        streams = self._streams.get(subject)
+        if streams is None:
+            if self._nstreams >= _STREAMS_MAX:
+                self.reset_sequences()
+            streams = self._streams[subject] = {}
+        last = streams.get(publisher)
+        if last is None:
+            self._nstreams += 1
+        streams[publisher] = seq
+        if last is not None and seq != last + 1:
+            missing = gap(last, seq)
+            if missing:
+                msg.gap = missing
+                self.lost += missing
+                for s in subs:
+                    s.upstream_loss(missing)
+
+    def reset_sequences(self) -> None:
+        """Forget every stream's last sequence (the subscriptions changed: a gap across
+        the change would be a subscription's absence, not a loss)."""
+        self._streams.clear()
+        self._nstreams = 0
 
     def _other_frame(self, frame: bytes, now: float) -> None:
         """Requests, replies and anything malformed (validated by the protocol core)."""
@@ -382,6 +457,8 @@ class DataPlane:
         finally:
             if changed:
                 self.interest_changed.set()
+            if self._send_waiters:
+                self._writable.set()  # any XPUB event may mean room again: re-check
         return n
 
     def read_interest(self) -> None:
@@ -405,7 +482,7 @@ class DataPlane:
                     continue
                 if endpoint not in self._connected:
                     continue  # a link already dropped: keep no state for it
-                if ev["event"] == zmq.EVENT_CONNECTED:
+                if ev["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                     self._link_state[endpoint] = True
                 elif ev["event"] in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
                     self._link_state[endpoint] = False
@@ -448,7 +525,11 @@ class DataPlane:
         self._kick(self._sub)
 
     def send(self, frame: bytes) -> None:
-        """Hand one frame to ZeroMQ (never waits; ZeroMQ drops at a full HWM)."""
+        """Hand one frame to ZeroMQ without waiting.
+
+        With ``send_policy="drop"`` ZeroMQ never refuses (a full subscriber queue drops
+        for that subscriber). With ``"block"`` a full queue raises :class:`WouldBlock`.
+        """
         pub = self._pub
         if pub is None:
             raise TransportError("the data publisher is not open")
@@ -457,10 +538,51 @@ class DataPlane:
                 pub.send(frame, zmq.NOBLOCK)
             else:
                 pub.send(frame, zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            raise WouldBlock(
+                "a subscriber's queue at this publisher is full; `await node.publish(...)` "
+                "waits for room"
+            ) from None
         except zmq.ZMQError as exc:
             raise TransportError(f"publish failed: {exc}") from exc
         self.messages_out += 1
         self.bytes_out += len(frame)
+
+    def send_or_drop(self, frame: bytes) -> None:
+        """Send, or drop and count the frame when a subscriber's queue is full."""
+        try:
+            self.send(frame)
+        except WouldBlock:
+            self.dropped_out += 1
+
+    async def send_when_ready(self, frame: bytes) -> None:
+        """Send, waiting for room while a subscriber's queue is full (block policy).
+
+        A subscriber that stays frozen is cut by the publisher's heartbeat after three
+        heartbeat intervals, which frees the wait.
+        """
+        pub = self._pub
+        assert pub is not None
+        self._send_waiters += 1
+        self.blocked_sends += 1
+        try:
+            while True:
+                try:
+                    self.send(frame)
+                    return
+                except WouldBlock:
+                    pass
+                self._writable.clear()
+                events = int(pub.getsockopt(zmq.EVENTS))
+                self._kick(pub)  # reading EVENTS may have eaten the fd's signal
+                if events & zmq.POLLOUT:
+                    continue
+                # the XPUB's fd callback sets it on every change; the reader's 0.1 s
+                # safety re-run bounds a missed edge
+                with anyio.move_on_after(0.1):
+                    await self._writable.wait()
+        finally:
+            self._send_waiters -= 1
 
     # ------------------------------------------------------------------ peer links
     def connect_peer(self, endpoint: str) -> None:

@@ -18,6 +18,7 @@ Every error aoz raises on purpose derives from :class:`AozError`, so
     ├── NamingTimeout          no nsd forwarded our announcement in time (also TimeoutError)
     ├── WaitTimeout            waiting for a message/subscriber/peer ran out (also TimeoutError)
     ├── TransportError         ZeroMQ refused an operation (bad endpoint, address in use...)
+    ├── WouldBlock             publish_nowait on a blocking node: a subscriber's queue is full
     └── ServiceError           a named service call failed on the remote side
 """
 
@@ -37,6 +38,7 @@ __all__ = [
     "SubjectError",
     "TransportError",
     "WaitTimeout",
+    "WouldBlock",
 ]
 
 
@@ -114,6 +116,18 @@ class WaitTimeout(AozError, TimeoutError):
 
 class TransportError(AozError):
     """ZeroMQ refused an operation (invalid endpoint, address in use, ...)."""
+
+
+class WouldBlock(AozError):
+    """A node with ``send_policy="block"`` could not queue a message without waiting.
+
+    Raised by ``publish_nowait``; ``await node.publish(...)`` waits instead. The message
+    was not sent (nothing was dropped).
+    """
+
+    def __init__(self, message: str, *, subject: str | None = None) -> None:
+        super().__init__(message)
+        self.subject = subject
 
 
 class ServiceError(AozError):

@@ -92,6 +92,12 @@ class InterestSet:
             f.startswith(INBOX_PREFIX) and handle.startswith(f) for f in self._filters
         )
 
+    def has_inbox(self, inbox_filter: bytes) -> bool:
+        """Whether a peer's inbox filter (``_INBOX.<uuid>``) has arrived: its data SUB is
+        connected to this publisher, handshaken, and has sent its subscriptions (every
+        OZ and aoz node subscribes its inbox first thing, SPEC §2)."""
+        return inbox_filter in self._filters
+
     def __contains__(self, flt: bytes) -> bool:
         return flt in self._filters
 

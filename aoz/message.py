@@ -14,6 +14,7 @@ import msgspec
 from .errors import AozError
 from .protocol.codecs import AOZ_CODEC_IDS, Codec, decode_payload, split_payload
 from .protocol.frames import Kind
+from .protocol.sequence import FLAG, HEADER_LEN, PACK
 
 __all__ = ["Message", "Responder"]
 
@@ -40,6 +41,8 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False):
         kind: :class:`aoz.Kind` (``PUBLISH``, ``REQUEST`` or ``REPLY``).
         reply: the reply handle (``_INBOX.<uuid>.<serial>``) of a request, else ``None``.
         received_at: ``time.time()`` when the node read the frame's batch (seconds).
+        gap: how many messages of the same publisher on this subject were lost upstream
+            just before this one (0 normally; see :attr:`sequence`).
 
     A message is a ``msgspec.Struct`` only because that is the cheapest Python object
     to build: the node makes one per received frame. Build messages through a node.
@@ -53,6 +56,7 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False):
     received_at: float
     _node: Responder | None
     _subject: str | None = None
+    gap: int = 0
 
     @property
     def subject(self) -> str:
@@ -69,18 +73,44 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False):
         """The whole payload as on the wire, codec byte included."""
         return self._frame[self._start :]
 
+    def _sequenced(self) -> bool:
+        f, st = self._frame, self._start
+        return len(f) >= st + HEADER_LEN and f[st] & FLAG != 0 and f[st] & ~FLAG < _KNOWN_IDS
+
+    def _split(self) -> tuple[Codec, bytes]:
+        if self._sequenced():
+            f, st = self._frame, self._start
+            return split_payload(bytes((f[st] & ~FLAG,)) + f[st + HEADER_LEN :])
+        return split_payload(self.payload)
+
     @property
     def codec(self) -> Codec:
         """The payload's codec, from its first byte (``Codec.UNKNOWN`` for foreign payloads)."""
-        return split_payload(self.payload)[0]
+        return self._split()[0]
 
     @property
     def data(self) -> bytes:
-        """The payload without its aoz codec byte (whole for omnm and foreign payloads)."""
+        """The payload without aoz's header (whole for omnm and foreign payloads)."""
         f, st = self._frame, self._start
-        if len(f) > st and f[st] < _KNOWN_IDS:
-            return f[st + 1 :]
+        if len(f) > st:
+            first = f[st]
+            if first < _KNOWN_IDS:
+                return f[st + 1 :]
+            if first & FLAG and first & ~FLAG < _KNOWN_IDS and len(f) >= st + HEADER_LEN:
+                return f[st + HEADER_LEN :]
         return f[st:]
+
+    @property
+    def publisher(self) -> int | None:
+        """The publishing node's sequence id, or ``None`` for an unsequenced payload (an
+        OZ program's, a request or reply)."""
+        return PACK.unpack_from(self._frame, self._start + 1)[0] if self._sequenced() else None
+
+    @property
+    def sequence(self) -> int | None:
+        """This message's number among its publisher's messages on this subject (from 1,
+        wrapping at 2**32), or ``None`` for an unsequenced payload."""
+        return PACK.unpack_from(self._frame, self._start + 1)[1] if self._sequenced() else None
 
     @property
     def frame(self) -> bytes:
@@ -100,7 +130,7 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False):
 
         >>> quote = msg.decode(Quote)  # doctest: +SKIP
         """
-        codec, body = split_payload(self.payload)
+        codec, body = self._split()
         return decode_payload(codec, body, type)
 
     async def respond(self, data: object = b"", *, codec: Codec | None = None) -> None:

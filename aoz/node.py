@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import socket
 import sys
 import time
@@ -40,11 +41,20 @@ from .config import Overflow, Settings, load_settings
 from .dataplane import DataPlane
 from .discovery.links import Driver
 from .discovery.peers import Peer, PeerEvent, PeerEventHub, PeerEventStream
-from .errors import AozError, ClosedError, NoResponders, SubjectError, WaitTimeout
+from .errors import (
+    AozError,
+    ClosedError,
+    ConfigError,
+    NoResponders,
+    SubjectError,
+    WaitTimeout,
+    WouldBlock,
+)
 from .interest import InterestSet
 from .message import Message
 from .protocol.builder import FrameBuilder
 from .protocol.codecs import Codec
+from .protocol.frames import inbox_subject
 from .protocol.subjects import compile_pattern, is_reserved, subject_bytes
 from .requests import ReplyStream, Requests
 from .routing import RoutingTable
@@ -68,6 +78,9 @@ class NodeStatistics(msgspec.Struct, frozen=True, kw_only=True):
     bytes_in: int
     messages_out: int
     bytes_out: int
+    dropped_out: int  #: publishes dropped at a full subscriber queue (block node, block=False)
+    blocked_sends: int  #: publishes that waited for room (send_policy="block")
+    lost_in: int  #: messages known lost upstream (sequence gaps), over all subscriptions
     malformed_in: int
     requests: int
     request_timeouts: int
@@ -108,7 +121,12 @@ class Node:
         )
         self._driver: Driver | None = None
         self._peer_hub = PeerEventHub()
-        self._frames = FrameBuilder(Codec[s.default_codec.upper()])  # MSGPACK, JSON or OMNM
+        self._frames = FrameBuilder(
+            Codec[s.default_codec.upper()],  # MSGPACK, JSON or OMNM
+            publisher=secrets.randbits(64) if s.sequence else None,
+        )
+        self._blocking = s.send_policy == "block"
+        self._link_seen: dict[str, bool] = {}  # peer uuid -> last link state reported
         self._sends_since_yield = 0
         self._no_responders = 0
 
@@ -164,6 +182,8 @@ class Node:
         while True:
             await anyio.sleep(_HOUSEKEEPING)
             self._requests.expire(time.monotonic())
+            if self._driver is not None:
+                self._report_links()
 
     def _on_failure(self, exc: BaseException) -> None:
         log.error("aoz node %s failed: %r", self.uuid, exc, exc_info=exc)
@@ -231,27 +251,59 @@ class Node:
     def publish_nowait(
         self, subject: str, data: object = b"", *, codec: Codec | None = None
     ) -> None:
-        """Publish without awaiting (ZeroMQ never blocks a publisher).
+        """Publish without awaiting.
 
         ``data`` may be ``bytes`` (sent raw), ``str`` (UTF-8 text) or anything msgpack/JSON
-        can encode (dicts, lists, ``msgspec.Struct``...).
+        can encode (dicts, lists, ``msgspec.Struct``...). On a node with
+        ``send_policy="block"`` it raises :class:`aoz.WouldBlock` (and sends nothing)
+        when a subscriber's queue is full; ``await node.publish(...)`` waits instead.
         """
         if not self._open:
             self._check_open()
-        self._plane.send(self._frames.publish(subject, data, codec))
+        frame = self._frames.publish(subject, data, codec)
+        try:
+            self._plane.send(frame)
+        except WouldBlock as exc:
+            self._frames.rewind(subject)  # not sent: a retry reuses the number
+            exc.subject = subject
+            raise
 
     async def publish(
-        self, subject: str, data: object = b"", *, codec: Codec | None = None
+        self,
+        subject: str,
+        data: object = b"",
+        *,
+        codec: Codec | None = None,
+        block: bool | None = None,
     ) -> None:
         """Publish ``data`` on ``subject`` to every subscriber in the mesh (this node too).
 
-        Never waits for the network: it returns as soon as ZeroMQ holds the frame, and
-        yields to the event loop once every few hundred calls so that a tight publishing
-        loop cannot starve the node's other tasks.
+        With ``send_policy="drop"`` (the default) it never waits: a subscriber whose
+        queue at this publisher is full loses the message and counts it (its
+        ``statistics().lost``). With ``send_policy="block"`` it waits until every
+        subscriber's queue has room, so nothing is lost; ``block=False`` drops instead
+        (counted in ``statistics().dropped_out``). It yields to the event loop every
+        few hundred calls so a tight publishing loop cannot starve the node's tasks.
 
         >>> await node.publish("MD.NYSE.IBM", Quote(bid=1.0, ask=1.1))  # doctest: +SKIP
         """
-        self.publish_nowait(subject, data, codec=codec)
+        if not self._open:
+            self._check_open()
+        frame = self._frames.publish(subject, data, codec)
+        if not self._blocking:
+            if block:
+                raise ConfigError(
+                    "publish(block=True) needs a node with send_policy='block' "
+                    "(aoz.connect(send_policy='block'))"
+                )
+            self._plane.send(frame)
+        elif block is False:
+            self._plane.send_or_drop(frame)
+        else:
+            try:
+                self._plane.send(frame)
+            except WouldBlock:
+                await self._plane.send_when_ready(frame)
         self._sends_since_yield += 1
         if self._sends_since_yield >= _YIELD_EVERY:
             self._sends_since_yield = 0
@@ -335,37 +387,88 @@ class Node:
 
     def _unsubscribe(self, sub: Subscription) -> None:
         self._routes.remove(sub.pattern, sub)
+        self._plane.reset_sequences()
         if not self._closed:
             self._plane.remove_filter(sub.pattern.zmq_prefix)
 
     # ------------------------------------------------------------------ interest
-    def has_interest(self, subject: str) -> bool:
+    def has_interest(self, subject: str, *, responders: bool = False) -> bool:
         """Whether some subscriber's filter (a peer's or this node's) would receive
-        a message on ``subject`` from this node."""
+        a message on ``subject`` from this node. With ``responders=True`` a catch-all
+        subscriber (``>``, an unanchored regex: a monitor) does not count, as for
+        :meth:`request`."""
         self._check_open()
         sb = subject_bytes(subject)
-        if self._interest.covers(sb):
+        if self._interest.covers(sb, responders=responders):
             return True  # a pending unsubscribe may make this stale; that is harmless
         self._plane.read_interest()  # only a miss pays for reading the XPUB
-        return self._interest.covers(sb)
+        return self._interest.covers(sb, responders=responders)
 
-    async def wait_for_interest(self, subject: str, timeout: float = 5.0) -> None:
+    async def wait_for_interest(
+        self, subject: str, timeout: float = 5.0, *, responders: bool = False
+    ) -> None:
         """Wait until a subscription matching ``subject`` has reached this node.
 
         This removes ZeroMQ's slow-joiner race: after it returns, a publish on
-        ``subject`` is delivered to at least one subscriber. Raises
+        ``subject`` is delivered to at least one subscriber. With ``responders=True`` it
+        waits for one that can answer a request (see :meth:`has_interest`). Raises
         :class:`aoz.WaitTimeout` after ``timeout`` seconds.
         """
         changed = self._plane.interest_changed
         with anyio.move_on_after(timeout):
             while True:
                 changed.clear()
-                if self.has_interest(subject):
+                if self.has_interest(subject, responders=responders):
                     return
                 await changed.wait()
         self._check_open()
         raise WaitTimeout(
             f"no subscriber for {subject!r} reached this node within {timeout} s",
+            timeout=timeout,
+        )
+
+    async def wait_for_subscribers(self, subject: str, timeout: float = 5.0) -> int:
+        """Wait until every peer known from discovery has its subscriptions in place
+        here, and at least one of them covers ``subject``; returns how many peers.
+
+        What a short-lived publisher needs before it publishes and exits (``aoz pub``
+        does this): a peer counts once its SUB has connected to this node, completed
+        the handshake and sent its filters (its inbox filter, which every OZ and aoz
+        node subscribes first, has arrived), and the peer table has been quiet for two
+        connect intervals (peers answer a newcomer's announcement at once). In static
+        and broker modes there is no peer table: it waits for ``subject``'s interest.
+        Raises :class:`aoz.WaitTimeout`.
+        """
+        quiet = 2 * self.settings.connect_interval
+        changed = self._plane.interest_changed
+        with anyio.move_on_after(timeout):
+            await self.wait_for_interest(subject, timeout)
+            if self._driver is None:
+                return 0
+            events = self._peer_hub.stream()
+            try:
+                while True:
+                    others = [p for p in self.peers if p.uuid != self.uuid]
+                    missing = [p for p in others
+                               if not self._interest.has_inbox(inbox_subject(p.uuid))]
+                    if not missing:
+                        with anyio.move_on_after(quiet) as settle:
+                            await events.__anext__()  # a peer joined or left: look again
+                        if settle.cancelled_caught:
+                            return len(others)
+                        continue
+                    changed.clear()
+                    self._plane.read_interest()
+                    if any(not self._interest.has_inbox(inbox_subject(p.uuid))
+                           for p in missing):
+                        with anyio.move_on_after(quiet):
+                            await changed.wait()
+            finally:
+                await events.aclose()
+        self._check_open()
+        raise WaitTimeout(
+            f"not every peer's subscriptions reached this node within {timeout} s "
+            f"(peers known: {len(self.peers) - 1})",
             timeout=timeout,
         )
 
@@ -444,8 +547,32 @@ class Node:
         self._plane.disconnect_peer(endpoint)
 
     def link_up(self, endpoint: str) -> bool:
-        """Whether the data SUB currently has a live connection to ``endpoint``."""
-        return self._plane.link_up(endpoint)
+        """Whether the data link with the peer at ``endpoint`` is up both ways: our SUB
+        completed the handshake with its publisher, and its SUB's inbox filter reached
+        ours (so it is connected, handshaken and answering heartbeats). A frozen peer
+        fails the second within three heartbeat intervals, however its kernel answers
+        TCP."""
+        if not self._plane.link_up(endpoint):
+            return False
+        peer = next((p for p in self.peers if p.endpoint == endpoint), None)
+        if peer is None or peer.uuid == self.uuid:
+            return True
+        return self._interest.has_inbox(inbox_subject(peer.uuid))
+
+    def _report_links(self) -> None:
+        """Turn link changes into ``link_up``/``link_down`` peer events."""
+        seen = self._link_seen
+        current = {p.uuid: p for p in self.peers if p.uuid != self.uuid}
+        for uuid in [u for u in seen if u not in current]:
+            del seen[uuid]  # departed peers leave no state behind
+        for uuid, peer in current.items():
+            up = self.link_up(peer.endpoint)
+            if seen.get(uuid, False) != up:
+                if up or uuid in seen:
+                    self._peer_hub.push(
+                        PeerEvent(kind="link_up" if up else "link_down", peer=peer)
+                    )
+                seen[uuid] = up
 
     def peer_event(self, event: PeerEvent) -> None:
         self._peer_hub.push(event)
@@ -458,10 +585,11 @@ class Node:
         """The peers discovery knows about (empty in static and broker modes)."""
         return [] if self._driver is None else list(self._driver.peers)
 
-    def peer_events(self, queue_size: int = 1024) -> PeerEventStream:
-        """An async iterator of peer events (joined/left/expired) from now on."""
+    def peer_events(self, queue_size: int = 1024, *, links: bool = False) -> PeerEventStream:
+        """An async iterator of peer events from now on: ``joined``, ``left``,
+        ``expired``; with ``links=True`` also ``link_up`` and ``link_down``."""
         self._check_open()
-        return self._peer_hub.stream(queue_size)
+        return self._peer_hub.stream(queue_size, links=links)
 
     async def wait_for_peer(
         self, match: str | Callable[[Peer], bool], timeout: float = 10.0
@@ -487,6 +615,9 @@ class Node:
             bytes_in=plane.bytes_in,
             messages_out=plane.messages_out,
             bytes_out=plane.bytes_out,
+            dropped_out=plane.dropped_out,
+            blocked_sends=plane.blocked_sends,
+            lost_in=plane.lost,
             malformed_in=plane.malformed,
             requests=self._requests.requests,
             request_timeouts=self._requests.timeouts,

@@ -18,6 +18,8 @@ subject pattern; it is an async iterator and an async context manager.
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Generic, TypeVar
@@ -33,6 +35,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Mailbox", "Subscription", "SubscriptionStatistics"]
 
+log = logging.getLogger("aoz.subscription")
+
+_WARN_EVERY = 5.0  # seconds between loss warnings of one subscription
+
 T = TypeVar("T")
 
 
@@ -41,7 +47,8 @@ class SubscriptionStatistics(msgspec.Struct, frozen=True, kw_only=True):
 
     pattern: str
     received: int  #: messages that matched and were offered to the queue
-    dropped: int  #: messages discarded by the overflow policy
+    dropped: int  #: messages discarded by the overflow policy (this queue was full)
+    lost: int  #: messages known missing upstream (sequence gaps: publisher HWM, cut links)
     pending: int  #: messages queued, not yet consumed
     queue_size: int
     overflow: Overflow
@@ -86,12 +93,16 @@ class Mailbox(Generic[T]):
         q = self._queue
         if len(q) >= self._limit:
             self.dropped += 1
+            self._overflowed()
             if not self.drop_oldest:
                 return
             q.popleft()
         q.append(item)
         if self._waiters:
             self._wake_one()
+
+    def _overflowed(self) -> None:
+        """Called on every drop; subclasses report it."""
 
     def _wake_one(self) -> None:
         waiters = self._waiters
@@ -190,7 +201,7 @@ class Subscription(Mailbox["Message"]):
     overflow policy drops messages and counts them (:meth:`statistics`).
     """
 
-    __slots__ = ("pattern",)
+    __slots__ = ("_warned_at", "lost", "pattern")
 
     def __init__(
         self,
@@ -201,6 +212,27 @@ class Subscription(Mailbox["Message"]):
     ) -> None:
         super().__init__(limit, overflow, on_close)
         self.pattern = pattern
+        self.lost = 0
+        self._warned_at = -_WARN_EVERY
+
+    def _overflowed(self) -> None:
+        self._warn()
+
+    def upstream_loss(self, n: int) -> None:
+        """``n`` messages for this subscription were lost before they reached the node."""
+        self.lost += n
+        self._warn()
+
+    def _warn(self) -> None:
+        now = time.monotonic()
+        if now - self._warned_at >= _WARN_EVERY:
+            self._warned_at = now
+            log.warning(
+                "subscription %r is losing messages: %d dropped (its queue of %d was full), "
+                "%d lost upstream so far; consume faster, raise queue_size, or use "
+                "send_policy='block' on the publisher", self.pattern.text, self.dropped,
+                self._limit, self.lost,
+            )
 
     def __aiter__(self) -> Subscription:
         return self
@@ -241,6 +273,7 @@ class Subscription(Mailbox["Message"]):
             pattern=self.pattern.text,
             received=self.received,
             dropped=self.dropped,
+            lost=self.lost,
             pending=len(self._queue),
             queue_size=self._limit,
             overflow=self.overflow,

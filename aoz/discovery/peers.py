@@ -12,9 +12,11 @@ import msgspec
 from ..errors import ClosedError, WaitTimeout
 from ..subscription import Mailbox
 
-__all__ = ["Peer", "PeerEvent", "PeerEventHub", "PeerEventKind", "PeerEventStream"]
+__all__ = ["LINK_KINDS", "Peer", "PeerEvent", "PeerEventHub", "PeerEventKind", "PeerEventStream"]
 
-PeerEventKind = Literal["joined", "left", "expired"]
+PeerEventKind = Literal["joined", "left", "expired", "link_up", "link_down"]
+#: kinds about a peer's data links rather than its membership
+LINK_KINDS = frozenset(("link_up", "link_down"))
 
 
 class Peer(msgspec.Struct, frozen=True, kw_only=True):
@@ -32,7 +34,9 @@ class Peer(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class PeerEvent(msgspec.Struct, frozen=True, kw_only=True):
-    """A change in the peer table: a peer ``joined``, ``left`` (sent ``D``) or ``expired``."""
+    """A change in the peer table: a peer ``joined``, ``left`` (sent ``D``) or ``expired``;
+    or in its data links (``link_up``: both directions handshaken and subscribed;
+    ``link_down``: one of them lost), for streams opened with ``links=True``."""
 
     kind: PeerEventKind
     peer: Peer
@@ -62,16 +66,21 @@ class PeerEventHub:
     __slots__ = ("_listeners",)
 
     def __init__(self) -> None:
-        self._listeners: set[Mailbox[PeerEvent]] = set()
+        self._listeners: dict[Mailbox[PeerEvent], bool] = {}  # listener -> wants link events
 
     def push(self, event: PeerEvent) -> None:
-        for listener in list(self._listeners):
-            listener.push(event)
+        link = event.kind in LINK_KINDS
+        for listener, links in list(self._listeners.items()):
+            if links or not link:
+                listener.push(event)
 
-    def stream(self, queue_size: int = 1024) -> PeerEventStream:
+    def stream(self, queue_size: int = 1024, *, links: bool = False) -> PeerEventStream:
         box: Mailbox[PeerEvent] = Mailbox(queue_size, "drop_oldest")
-        box._on_close = lambda: self._listeners.discard(box)
-        self._listeners.add(box)
+        def forget() -> None:
+            self._listeners.pop(box, None)
+
+        box._on_close = forget
+        self._listeners[box] = links
         return PeerEventStream(box)
 
     def close(self, error: BaseException | None = None) -> None:

@@ -13,26 +13,49 @@ b'A.B\\x00\\x01\\x00\\x00x'
 
 from __future__ import annotations
 
+import struct
+
 from ..errors import SubjectError
-from .codecs import Codec, encode_payload
+from .codecs import Codec, Verbatim, encode_payload
 from .frames import encode_reply, encode_request, publish_header
+from .sequence import FLAG
 from .subjects import is_reserved, subject_bytes
 
 __all__ = ["FrameBuilder"]
 
 _CACHE_MAX = 8192
+_U32 = struct.Struct("<I").pack
+_U64 = struct.Struct("<Q").pack
+_SEQ_WRAP = 0xFFFFFFFF
+_AOZ_CODECS = Codec.TEXT + 1  # payload ids aoz's codecs own; others are never touched
+
+
+class _Entry:
+    """One subject's cached prefixes and its last sequence number."""
+
+    __slots__ = ("header", "prefix", "seq")
+
+    def __init__(self, header: bytes, prefix: bytes) -> None:
+        self.header = header  # subject NUL 0x01 NUL
+        self.prefix = prefix  # header + raw codec byte (+ the publisher id when sequencing)
+        self.seq = 0
 
 
 class FrameBuilder:
     """Builds publish, request and reply frames (see the module docstring)."""
 
-    __slots__ = ("_headers", "_raw_headers", "cache_max", "default_codec")
+    __slots__ = ("_entries", "_headers", "_pid", "cache_max", "default_codec", "publisher")
 
-    def __init__(self, default_codec: Codec, cache_max: int = _CACHE_MAX) -> None:
+    def __init__(
+        self, default_codec: Codec, *, publisher: int | None = None, cache_max: int = _CACHE_MAX
+    ) -> None:
         self.default_codec = default_codec
         self.cache_max = cache_max
+        #: the sequence header's publisher id; None: publications are not sequenced
+        self.publisher = publisher
+        self._pid = b"" if publisher is None else _U64(publisher)
         self._headers: dict[str, bytes] = {}
-        self._raw_headers: dict[str, bytes] = {}  # header + the raw codec byte
+        self._entries: dict[str, _Entry] = {}
 
     def header(self, subject: str) -> bytes:
         """The publish header of ``subject``; raises SubjectError for an invalid or
@@ -52,7 +75,7 @@ class FrameBuilder:
             h = publish_header(subject_bytes(subject))
             if len(self._headers) >= self.cache_max:
                 self._headers.clear()
-                self._raw_headers.clear()
+                self._entries.clear()
             self._headers[subject] = h
         return h
 
@@ -61,12 +84,29 @@ class FrameBuilder:
 
     def publish(self, subject: str, data: object, codec: Codec | None = None) -> bytes:
         """A publish frame; ``bytes`` go raw, ``str`` as text, the rest msgpack/JSON."""
-        raw_header = self._raw_headers.get(subject)
-        if raw_header is None:
-            raw_header = self._raw_headers[subject] = self.header(subject) + b"\0"
+        e = self._entries.get(subject)
+        if e is None:
+            header = self.header(subject)
+            raw = header + (b"\0" if self.publisher is None else bytes((FLAG,)) + self._pid)
+            e = self._entries[subject] = _Entry(header, raw)
+        if self.publisher is None:
+            if codec is None and type(data) is bytes:
+                return e.prefix + data
+            return e.header + encode_payload(data, codec, default=self.default_codec)
+        seq = e.seq = (e.seq + 1) & _SEQ_WRAP
         if codec is None and type(data) is bytes:
-            return raw_header + data
-        return raw_header[:-1] + encode_payload(data, codec, default=self.default_codec)
+            return e.prefix + _U32(seq) + data
+        body = encode_payload(data, codec, default=self.default_codec)
+        if not body or body[0] & FLAG or body[0] >= _AOZ_CODECS or type(data) is Verbatim:
+            e.seq = (seq - 1) & _SEQ_WRAP  # a foreign payload (omnm...) goes out as it is
+            return e.header + body
+        return b"".join((e.header, bytes((body[0] | FLAG,)), self._pid, _U32(seq), body[1:]))
+
+    def rewind(self, subject: str) -> None:
+        """The last frame built for ``subject`` was not sent: reuse its sequence number."""
+        e = self._entries.get(subject)
+        if e is not None and self.publisher is not None:
+            e.seq = (e.seq - 1) & _SEQ_WRAP
 
     def request(self, subject: str, handle: bytes, payload: bytes) -> bytes:
         """A request frame for an encoded ``payload`` (see :meth:`payload`)."""

@@ -11,6 +11,7 @@ import pytest
 import zmq
 
 import aoz
+from aoz.protocol.sequence import HEADER_LEN, parse_header
 from aoz.discovery.nsd import NamingDaemon
 
 from .helpers import (
@@ -243,7 +244,11 @@ async def test_raw_spec_peer_is_discovered_and_receives_publications() -> None:
                 await node.wait_for_interest("RAW.T", timeout=10)
                 await node.publish("RAW.T", b"to-oz")
                 data = await raw.data_sub.recv()
-            assert data == b"RAW.T\0\x01\0\x00to-oz"  # SPEC §1: subject, NUL, type, NUL, payload
+            # SPEC §1: subject, NUL, type, NUL, payload; the payload is aoz's: the codec byte
+            # with the sequence flag (raw | 0x80), the publisher id, the number (1), the body
+            assert data[:9] == b"RAW.T\0\x01\0\x80"
+            assert parse_header(data, 8) == (0, node._frames.publisher, 1, 8 + HEADER_LEN)
+            assert data[8 + HEADER_LEN :] == b"to-oz"
         finally:
             raw.close()
 

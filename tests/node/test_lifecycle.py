@@ -119,7 +119,8 @@ async def test_bytes_on_the_wire_match_the_spec() -> None:
     # a subject filter, not b"": a catch-all subscriber is not a responder (NoResponders)
     raw.setsockopt(zmq.SUBSCRIBE, b"MD.")
     try:
-        async with aoz.connect(bind=["tcp://127.0.0.1:*"]) as node:
+        # sequence=False: the payload exactly as SPEC §1 frames it, no sequence header
+        async with aoz.connect(bind=["tcp://127.0.0.1:*"], sequence=False) as node:
             raw.connect(node.endpoint)
             await node.wait_for_interest("MD.IBM")
             await node.publish("MD.IBM", b"payload")

@@ -8,6 +8,7 @@ import msgspec
 import pytest
 
 import aoz
+from aoz.protocol.sequence import HEADER_LEN
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -175,5 +176,6 @@ async def test_statistics_count_traffic(static_pair: tuple[aoz.Node, aoz.Node]) 
         await a.publish("stat", b"12345")
         await sub.next(timeout=5)
     sa, sb = a.statistics(), b.statistics()
-    assert sa.messages_out == 1 and sa.bytes_out == len(b"stat\0\x01\0\x0012345")
+    # the frame: header, then aoz's 13-byte sequence header (codec, publisher, number), body
+    assert sa.messages_out == 1 and sa.bytes_out == len(b"stat\0\x01\0") + HEADER_LEN + 5
     assert sb.messages_in >= 1 and sb.bytes_in >= sa.bytes_out

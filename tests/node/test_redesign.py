@@ -141,7 +141,8 @@ async def test_catch_all_subscriber_is_not_a_responder(
         with pytest.raises(aoz.NoResponders):
             await a.request("SVC.nobody", b"?", timeout=2)
         async with b.subscribe("SVC.somebody") as svc:
-            await a.wait_for_interest("SVC.somebody")
+            assert a.has_interest("SVC.somebody")  # the catch-all covers publications
+            await a.wait_for_interest("SVC.somebody", responders=True)
             task = asyncio.create_task(a.request("SVC.somebody", b"?", timeout=5))
             req = await svc.next(timeout=5)
             await req.respond(b"!")

@@ -14,6 +14,7 @@ import zmq.asyncio
 import aoz
 from aoz import omnm
 from aoz.omnm import FieldType, Price
+from aoz.protocol.sequence import parse_header
 
 from .golden import by_name
 
@@ -163,16 +164,21 @@ async def test_omnm_as_the_default_codec_and_verbatim_payloads() -> None:
             await node.publish("A", Quote("IBM", 2.5, 100))  # Struct -> omnm
             await node.publish("A", {"n": 1}, codec=aoz.Codec.JSON)  # still selectable
             await node.publish("A", aoz.Verbatim(b"Jforeign"))  # no aoz byte at all
+            await node.publish("A", aoz.Verbatim(b"\x01looks like msgpack"))  # untouched too
             await node.publish("A", b"raw")  # bytes stay raw
-            frames = [await asyncio.wait_for(raw.recv(), 5) for _ in range(5)]
+            frames = [await asyncio.wait_for(raw.recv(), 5) for _ in range(6)]
     finally:
         raw.close(linger=0)
     bodies = [f[len("A") + 3 :] for f in frames]
     assert bodies[0] == omnm.encode({"bid": 1.5, "size": 300})
     assert omnm.decode(bodies[1]).to_dict() == {"symbol": "IBM", "bid": 2.5, "size": 100}
-    assert bodies[2] == b'\x02{"n":1}'
-    assert bodies[3] == b"Jforeign"
-    assert bodies[4] == b"\x00raw"
+    assert bodies[3] == b"Jforeign"  # never touched, like omnm (no sequence header either)
+    assert bodies[4] == b"\x01looks like msgpack"
+    # aoz's own codecs keep their codec byte (and aoz's sequence header, when on)
+    for body, codec_id, rest in ((bodies[2], 0x02, b'{"n":1}'), (bodies[5], 0x00, b"raw")):
+        seq = parse_header(body)
+        assert body[0] & 0x7F == codec_id
+        assert body[seq[3] if seq else 1 :] == rest
 
 
 async def test_omnm_between_aoz_nodes(static_pair: tuple[aoz.Node, aoz.Node]) -> None:
