@@ -329,7 +329,7 @@ def narrowest_int_type(lo: int, hi: int | None = None) -> FieldType:
     reads a U8), so the narrowest type is the one every reader accepts.
 
     >>> narrowest_int_type(100), narrowest_int_type(-1), narrowest_int_type(0, 70000)
-    (<_FT.U8: 15>, <_FT.I8: 14>, <_FT.U32: 19>)
+    (<FieldType.U8: 15>, <FieldType.I8: 14>, <FieldType.U32: 19>)
     """
     hi = lo if hi is None else hi
     for t, a, b in _INT_RANGES:
