@@ -321,7 +321,8 @@ def _decode_omnm(body: bytes, type: Any) -> Any:
     if type is dict:
         return message.to_dict()
     try:
-        return msgspec.convert(message.to_dict(), type, strict=False)
+        # TIME -> datetime and PRICE -> float, as a Struct's annotations expect them
+        return msgspec.convert(message.to_dict(plain=True), type, strict=False)
     except (msgspec.ValidationError, TypeError) as exc:
         raise DecodeError(
             f"omnm payload does not fit {_type_name(type)}: {exc}", what="payload"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -195,6 +196,19 @@ async def test_omnm_between_aoz_nodes(static_pair: tuple[aoz.Node, aoz.Node]) ->
     assert second.decode()["symbol"] == "IBM"
     with pytest.raises(aoz.DecodeError, match="does not fit"):
         second.decode(Quote)
+
+
+class Tick(msgspec.Struct):
+    bid: float
+    ts: datetime.datetime
+
+
+def test_omnm_decodes_into_structs_with_plain_values() -> None:
+    from aoz.protocol.codecs import decode_payload, split_payload
+
+    when = datetime.datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=datetime.UTC)
+    data = omnm.encode({"bid": Price(1.25, 2), "ts": when, "extra": "ignored"})
+    assert decode_payload(*split_payload(data), Tick) == Tick(1.25, when)
 
 
 def test_codec_errors_are_aoz_errors() -> None:
