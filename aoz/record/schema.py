@@ -2,7 +2,6 @@
 
 One row per message. Fixed columns, always present:
 
-==============  ==============================  =========================================
 column          Arrow type                      filled from
 ==============  ==============================  =========================================
 ``subject``     string                          the message's subject
@@ -20,6 +19,31 @@ them from the payload when it is a msgpack/JSON map or an omnm message that has 
 ``sender``, ``seq`` and ``ts``) and leaves them null otherwise. Numeric send times are
 read as seconds since the epoch (values above 1e11 as milliseconds, 1e14 microseconds,
 1e17 nanoseconds); a msgpack timestamp or datetime is taken as is.
+=======
+===================  ============================  ================================================
+column               Arrow type                    filled from
+===================  ============================  ================================================
+``subject``          string                        the message's subject
+``sender``           string, nullable              decoded field ``sender``
+``sequence``         int64, nullable               decoded field ``sequence`` or ``seq``
+``send_ts``          timestamp[us, UTC], nullable  decoded field ``send_ts``, ``ts`` or ``sent_at``
+``receive_ts``       timestamp[us, UTC]            ``msg.received_at`` (the recorder's clock)
+``publisher``        string, nullable              aoz's sequence header: publisher id (16 hex)
+``publisher_seq``    int64, nullable               aoz's sequence header: number on the subject
+``codec``            int64                         the payload's codec id (79 omnm, -1 foreign)
+``payload``          binary                        the codec byte and the body (no sequence header)
+===================  ============================  ================================================
+
+An aoz publisher's payloads carry its publisher id and a per-subject sequence number
+(:mod:`aoz.protocol.sequence`): they fill ``publisher`` and ``publisher_seq``, so a gap in
+``publisher_seq`` within one (``subject``, ``publisher``) is a message the recording
+lacks (null for OZ programs' payloads). ``sender``, ``sequence`` and the send time are the
+application's own: the recorder takes them from the payload when it is a msgpack/JSON
+map or an omnm message that has them (the demo feed's
+:class:`~aoz.marketdata.Quote`/:class:`~aoz.marketdata.Trade` carry ``sender``, ``seq`` and
+``ts``) and leaves them null otherwise. Numeric send times are read as seconds since the
+epoch (values above 1e11 as milliseconds, 1e14 microseconds, 1e17 nanoseconds); a msgpack
+timestamp or datetime is taken as is.
 
 Decoded columns come after the fixed ones, one per field of the ``msgspec.Struct`` types
 given to the recorder (their union, in declaration order; a tagged struct adds its tag
@@ -44,6 +68,7 @@ import msgspec
 
 from .. import omnm
 from ..errors import DecodeError
+from ..protocol.sequence import parse_header
 
 __all__ = [
     "FIXED_COLUMNS",
@@ -72,6 +97,8 @@ FIXED_COLUMNS: Final = (
     Column("sequence", "int"),
     Column("send_ts", "timestamp"),
     Column("receive_ts", "timestamp"),
+    Column("publisher", "string"),
+    Column("publisher_seq", "int"),
     Column("codec", "int"),
     Column("payload", "bytes"),
 )
@@ -248,11 +275,17 @@ def build_tables(
         if buf is None:
             buf = by_day[day] = RowBuffer(decoded)
         cols = buf.columns
-        codec = payload[0] if payload else 0
+        header = parse_header(payload)
+        if header is not None and header[0] <= 3:  # aoz's sequence header (see below)
+            codec, body = header[0], payload[header[3] :]
+            payload = bytes((codec,)) + body
+        else:
+            header = None
+            codec, body = (payload[0] if payload else 0), payload[1:]
         fields: Any = None
         if codec in (1, 2):
             try:
-                fields = (_MSGPACK if codec == 1 else _JSON).decode(payload[1:])
+                fields = (_MSGPACK if codec == 1 else _JSON).decode(body)
             except (msgspec.DecodeError, ValueError):
                 errors += 1
         elif codec == 0x4F:  # OpenMAMA omnm: its fields by name feed the same columns
@@ -276,6 +309,8 @@ def build_tables(
         cols["sequence"].append(seq if isinstance(seq, int) and not isinstance(seq, bool) else None)
         cols["send_ts"].append(_micros(send))
         cols["receive_ts"].append(round(received_at * 1_000_000))
+        cols["publisher"].append(None if header is None else f"{header[1]:016x}")
+        cols["publisher_seq"].append(None if header is None else header[2])
         cols["codec"].append(codec)
         cols["payload"].append(payload)
         for c in decoded:

@@ -67,6 +67,7 @@ async def test_recorder_writes_omnm_messages(aoz_node_factory: Any, tmp_path: Pa
         (1, 301, 79), (2, 302, 79), (3, 303, 79)
     ]
     assert omnm.decode(rows[0]["payload"]) == oz_quote(1)  # the bytes, as OZ sent them
+    assert rows[0]["publisher"] is None  # omnm carries no aoz sequence header
 
 
 async def test_spark_reads_omnm_fields_as_columns(
