@@ -35,6 +35,7 @@ from .errors import (
     SubjectError,
     TransportError,
     WaitTimeout,
+    WouldBlock,
 )
 from .message import Message
 from .node import Node, NodeStatistics, ReplyStream, connect
@@ -95,6 +96,7 @@ __all__ = [
     "TransportError",
     "Verbatim",
     "WaitTimeout",
+    "WouldBlock",
     "__version__",
     "call",
     "connect",

@@ -38,7 +38,7 @@ from .errors import ConfigError
 __all__ = ["Mode", "Overflow", "Settings", "load_settings"]
 
 Mode = Literal["naming", "static", "broker", "udp"]
-Overflow = Literal["drop_newest", "drop_oldest"]
+Overflow = Literal["drop_newest", "drop_oldest", "block"]
 SendPolicy = Literal["drop", "block"]
 
 DEFAULT_NSD = "tcp://127.0.0.1:5756"
@@ -75,7 +75,10 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     udp_address: str = "127.255.255.255"
     #: program name announced to peers (default: the running script's short name)
     program: str | None = None
-    #: per-subscription queue bound and what happens when it is full
+    #: per-subscription queue bound and what happens when it is full: ``drop_newest``,
+    #: ``drop_oldest`` (counted as ``dropped``) or ``block`` (the node stops reading its
+    #: data socket until the consumer catches up; with a ``send_policy="block"``
+    #: publisher nothing is lost end to end)
     queue_size: int = 65536
     overflow: Overflow = "drop_newest"
     #: ZeroMQ high-water marks of the data sockets (messages). A stalled subscriber costs

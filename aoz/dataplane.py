@@ -60,6 +60,7 @@ _COPY_THRESHOLD = 65536  # larger frames are sent zero-copy
 _DISCONNECT_GRACE = 0.5  # seconds a departed peer's data link may still drain
 _HANDSHAKE_MS = 5000  # a ZMTP handshake (CURVE included) must complete within this
 _CONNECT_TIMEOUT_MS = 1000  # one TCP connect attempt, before the next reconnect
+_BLOCK_CUT_MS = 30_000  # send_policy="block": a subscriber silent this long is cut
 _STREAMS_MAX = 65536  # (subject, publisher) sequence states kept before starting over
 
 
@@ -103,6 +104,7 @@ class DataPlane:
         #: set when the publisher may have room again (blocked sends wait on it)
         self._writable = asyncio.Event()
         self._send_waiters = 0
+        self._holds = 0  # subscriptions with overflow="block" that are full
         self.endpoint = ""
         self.endpoints: list[str] = []
         self._closing = False
@@ -206,7 +208,10 @@ class DataPlane:
         if s.heartbeat_interval > 0:
             ivl = max(1, int(s.heartbeat_interval * 1000))
             pub.setsockopt(zmq.HEARTBEAT_IVL, ivl)
-            pub.setsockopt(zmq.HEARTBEAT_TIMEOUT, ivl * 3)
+            # A subscriber whose queue is full reads no pings either: with "block" it is
+            # given 30 s before it is cut (its loss is then reported by sequence gaps).
+            timeout = ivl * 3 if s.send_policy == "drop" else max(ivl * 3, _BLOCK_CUT_MS)
+            pub.setsockopt(zmq.HEARTBEAT_TIMEOUT, timeout)
             pub.setsockopt(zmq.HEARTBEAT_TTL, 0)
         if s.send_policy == "block":
             pub.setsockopt(zmq.XPUB_NODROP, 1)
@@ -361,7 +366,7 @@ class DataPlane:
         n = 0
         nbytes = 0
         try:
-            while n < _BATCH:
+            while n < _BATCH and not self._holds:
                 frame = recv(noblock)
                 n += 1
                 nbytes += len(frame)
@@ -418,6 +423,17 @@ class DataPlane:
         the change would be a subscription's absence, not a loss)."""
         self._streams.clear()
         self._nstreams = 0
+
+    def hold(self) -> None:
+        """A subscription with ``overflow="block"`` is full: stop reading the data SUB
+        (ZeroMQ's queues, then TCP, then a blocking publisher take the back-pressure)."""
+        self._holds += 1
+
+    def release(self) -> None:
+        """That subscription has room again."""
+        self._holds -= 1
+        if not self._holds and self._sub is not None:
+            self._kick(self._sub)
 
     def _other_frame(self, frame: bytes, now: float) -> None:
         """Requests, replies and anything malformed (validated by the protocol core)."""

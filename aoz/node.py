@@ -381,6 +381,8 @@ class Node:
             lambda: self._unsubscribe(sub_ref[0]),
         )
         sub_ref.append(sub)
+        if sub.overflow == "block":
+            sub._on_full, sub._on_room = self._plane.hold, self._plane.release
         self._plane.add_filter(compiled.zmq_prefix)
         self._routes.add(compiled, sub)
         return sub

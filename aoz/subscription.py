@@ -2,8 +2,10 @@
 
 :class:`Mailbox` is the one queue type aoz uses between its receive task and user
 code: a deque with a hard limit, an overflow policy (``drop_newest`` keeps what is
-queued and discards the arrival; ``drop_oldest`` discards the head to make room),
-drop counters, and a FIFO of waiting consumers. The producer never blocks and never
+queued and discards the arrival; ``drop_oldest`` discards the head to make room;
+``block`` tells the producer to stop, through ``on_full``, and to go on, through
+``on_room``, once the queue is half empty), drop counters, and a FIFO of waiting
+consumers. The producer never blocks and never
 awaits; a consumer that is cancelled while waiting loses nothing, because items
 only leave the deque when a consumer takes them.
 
@@ -58,10 +60,14 @@ class Mailbox(Generic[T]):
     """A bounded single-consumer queue fed synchronously from the event loop."""
 
     __slots__ = (
+        "_block",
         "_closed",
         "_error",
+        "_held",
         "_limit",
         "_on_close",
+        "_on_full",
+        "_on_room",
         "_queue",
         "_waiters",
         "drop_oldest",
@@ -80,6 +86,10 @@ class Mailbox(Generic[T]):
         self._limit = limit
         self.overflow: Overflow = overflow
         self.drop_oldest = overflow == "drop_oldest"
+        self._block = overflow == "block"
+        self._on_full: Callable[[], None] | None = None
+        self._on_room: Callable[[], None] | None = None
+        self._held = False  # told the producer to stop
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
         self._error: BaseException | None = None
@@ -98,8 +108,19 @@ class Mailbox(Generic[T]):
                 return
             q.popleft()
         q.append(item)
+        if self._block and len(q) >= self._limit and not self._held:
+            self._held = True
+            if self._on_full is not None:
+                self._on_full()
         if self._waiters:
             self._wake_one()
+
+    def _took(self) -> None:
+        """A consumer took items: a held producer may go on once the queue is half empty."""
+        if self._held and len(self._queue) <= self._limit // 2:
+            self._held = False
+            if self._on_room is not None:
+                self._on_room()
 
     def _overflowed(self) -> None:
         """Called on every drop; subclasses report it."""
@@ -125,6 +146,10 @@ class Mailbox(Generic[T]):
         self._closed = True
         self._error = error
         self._queue.clear()
+        if self._held:  # a closed queue holds nobody back
+            self._held = False
+            if self._on_room is not None:
+                self._on_room()
         self._wake_all()
         cb, self._on_close = self._on_close, None
         if cb is not None:
@@ -162,7 +187,10 @@ class Mailbox(Generic[T]):
     async def _get(self) -> T:
         while True:
             if self._queue:
-                return self._queue.popleft()
+                item = self._queue.popleft()
+                if self._held:
+                    self._took()
+                return item
             if self._closed:
                 raise self._ended()
             await self._wait()
@@ -177,12 +205,20 @@ class Mailbox(Generic[T]):
         if n == len(q):
             out = list(q)
             q.clear()
-            return out
-        return [q.popleft() for _ in range(n)]
+        else:
+            out = [q.popleft() for _ in range(n)]
+        if self._held:
+            self._took()
+        return out
 
     def get_nowait(self) -> T | None:
         """The next item if one is queued, else ``None`` (never waits)."""
-        return self._queue.popleft() if self._queue else None
+        if not self._queue:
+            return None
+        item = self._queue.popleft()
+        if self._held:
+            self._took()
+        return item
 
 
 class Subscription(Mailbox["Message"]):
@@ -240,7 +276,10 @@ class Subscription(Mailbox["Message"]):
     async def __anext__(self) -> Message:
         # Fast path without a coroutine frame per message when something is queued.
         if self._queue:
-            return self._queue.popleft()
+            item = self._queue.popleft()
+            if self._held:
+                self._took()
+            return item
         return await self._get()
 
     async def next(self, timeout: float | None = None) -> Message:

@@ -30,7 +30,7 @@ ANY = "tcp://127.0.0.1:*"
 
 
 async def pub(p: dict[str, Any], stall: bool = False) -> None:
-    async with aoz.connect(bind=[ANY]) as node:
+    async with aoz.connect(bind=[ANY], **p.get("settings", {})) as node:
         emit("ready", endpoint=node.endpoint)
         await node.wait_for_interest(SUBJECT, timeout=p.get("wait", 10.0))
         payload = b"x" * p["size"]
@@ -54,7 +54,7 @@ async def pub(p: dict[str, Any], stall: bool = False) -> None:
 
 
 async def sub(p: dict[str, Any], stall: bool = False) -> None:
-    async with aoz.connect(connect=[p["endpoint"]]) as node:
+    async with aoz.connect(connect=[p["endpoint"]], **p.get("settings", {})) as node:
         subscription = node.subscribe(p.get("pattern", SUBJECT))  # exact, or a wildcard
         emit("ready")
         if stall:

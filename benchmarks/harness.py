@@ -215,6 +215,7 @@ def run_pubsub(
     nats_url: str = "",
     stall: bool = False,
     sub_extra: dict[str, Any] | None = None,
+    pub_extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     pub_p: dict[str, Any]
     sub_p: dict[str, Any]
@@ -227,7 +228,7 @@ def run_pubsub(
     else:
         pub_module = sub_module = MODULES[system]
         first, pub_p, sub_p = _pair_params(system, nats_url)
-    pub_p = {**pub_p, "size": size, "n": n}
+    pub_p = {**pub_p, **(pub_extra or {}), "size": size, "n": n}
     sub_p = {**sub_p, **(sub_extra or {}), "n": n, "deadline": timeout}
     pub_action, sub_action = ("stallpub", "stallsub") if stall else ("pub", "sub")
     if first == "pub":

@@ -11,8 +11,8 @@ import pytest
 import zmq
 
 import aoz
-from aoz.protocol.sequence import HEADER_LEN, parse_header
 from aoz.discovery.nsd import NamingDaemon
+from aoz.protocol.sequence import HEADER_LEN, parse_header
 
 from .helpers import (
     RawPeer,

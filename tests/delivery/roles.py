@@ -1,0 +1,109 @@
+"""Processes the delivery tests run: ``python -m tests.delivery.roles ROLE JSON``.
+
+Each role prints JSON lines on stdout: ``{"event": "ready", ...}`` once usable, then
+its results. They use aoz's public API only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import anyio
+
+import aoz
+
+
+def emit(event: str, **fields: Any) -> None:
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+async def stdin_closed() -> None:
+    """Returns when the test closes our stdin (the stop signal)."""
+    await anyio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)
+
+
+async def sub(p: dict[str, Any]) -> None:
+    """Count messages on a subject until one whose body is b"END"; report sequences."""
+    async with aoz.connect(connect=[p["endpoint"]], **p.get("settings", {})) as node:
+        sub = node.subscribe(p["subject"])
+        emit("ready", uuid=node.uuid)
+        received, first, last = 0, None, None
+        async for msg in sub:
+            received += 1
+            if first is None:
+                first = msg.sequence
+            last = msg.sequence
+            if msg.gap:
+                emit("gap", gap=msg.gap, t=time.monotonic(), sequence=msg.sequence)
+            if msg.data == b"END":
+                break
+        st = sub.statistics()
+        emit("result", received=received, lost=st.lost, dropped=st.dropped, first=first,
+             last=last)
+
+
+async def pub(p: dict[str, Any]) -> None:
+    """Publish ``payload_size`` bytes at ``rate`` msg/s until stdin closes, then END
+    (repeated until the subscriber says it has it, by closing... see the test)."""
+    async with aoz.connect(bind=["tcp://127.0.0.1:*"], **p.get("settings", {})) as node:
+        emit("ready", endpoint=node.endpoint)
+        await node.wait_for_interest(p["subject"], timeout=30)
+        emit("subscribed")
+        body = b"x" * p.get("payload_size", 100)
+        interval = 1.0 / p["rate"]
+        sent = 0
+        async with anyio.create_task_group() as tg:
+
+            async def publish() -> None:
+                nonlocal sent
+                nxt = time.monotonic()
+                while True:
+                    await node.publish(p["subject"], body)
+                    sent += 1
+                    nxt += interval
+                    await anyio.sleep(max(0.0, nxt - time.monotonic()))
+
+            tg.start_soon(publish)
+            await stdin_closed()
+            tg.cancel_scope.cancel()
+        for _ in range(50):  # until the subscriber has one (it exits then)
+            await node.publish(p["subject"], b"END")
+            sent += 1
+            if not node.has_interest(p["subject"]):
+                break
+            await anyio.sleep(0.1)
+        emit("result", sent=sent)
+
+
+async def pubexit(p: dict[str, Any]) -> None:
+    """Publish ``n`` messages as fast as allowed and exit at once (close flushes)."""
+    async with aoz.connect(bind=["tcp://127.0.0.1:*"], **p.get("settings", {})) as node:
+        emit("ready", endpoint=node.endpoint)
+        await node.wait_for_interest(p["subject"], timeout=30)
+        body = b"y" * p.get("payload_size", 100)
+        for _ in range(p["n"]):
+            await node.publish(p["subject"], body)
+        emit("published", n=p["n"])
+
+
+async def member(p: dict[str, Any]) -> None:
+    """A naming-mode node that announces its uuid and idles until stdin closes."""
+    async with aoz.connect(naming=[p["nsd"]], **p.get("settings", {})) as node:
+        emit("ready", uuid=node.uuid, endpoint=node.endpoint, pid=os.getpid())
+        await stdin_closed()
+
+
+ROLES = {"sub": sub, "pub": pub, "pubexit": pubexit, "member": member}
+
+
+def main() -> None:
+    role, raw = sys.argv[1], sys.argv[2]
+    anyio.run(ROLES[role], json.loads(raw))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""Faults as they happen, with real processes: a frozen subscriber (SIGSTOP), a
+publisher that exits right after publishing, bursts into a busy subscriber, a frozen
+peer, churn. Each loss is either prevented or counted exactly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+import aoz
+
+from ..discovery.helpers import free_port
+from .harness import ROOT, role
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
+
+FAST = {"beacon_interval": 0.2, "connect_interval": 0.05, "connect_retries": 200}
+
+
+async def test_frozen_subscriber_loss_is_counted_exactly() -> None:
+    """SIGSTOP a subscriber while 100k 1 KiB messages go out: what it did not get is
+    exactly what it reports as lost (upstream) or dropped (its own queue)."""
+    async with aoz.connect(bind=["tcp://127.0.0.1:*"]) as pub:
+        with role("sub", {"endpoint": pub.endpoint, "subject": "FRZ"}) as sub:
+            await sub.event("ready")
+            await pub.wait_for_interest("FRZ", timeout=10)
+            body = b"f" * 1024
+            for _ in range(1000):
+                await pub.publish("FRZ", body)
+            sub.signal(signal.SIGSTOP)
+            for _ in range(100_000):
+                await pub.publish("FRZ", body)
+            sub.signal(signal.SIGCONT)
+            # the END marker: repeated until the subscriber has it and leaves
+            with anyio.fail_after(60):
+                for _ in range(600):
+                    if sub.popen.poll() is not None:
+                        break
+                    if pub.has_interest("FRZ"):  # (re)connected and subscribed
+                        await pub.publish("FRZ", b"END")
+                    await anyio.sleep(0.1)
+            result = await sub.event("result")
+    assert result["first"] == 1
+    expected = result["last"] - result["first"] + 1  # every number it was sent
+    assert result["received"] + result["lost"] + result["dropped"] == expected
+    assert result["lost"] + result["dropped"] > 0  # the freeze did cost messages
+
+
+async def test_publish_then_exit_delivers_everything() -> None:
+    """A process publishes 100k messages and exits at once: closing flushes its queue."""
+    n = 100_000
+    async with aoz.connect(bind=["tcp://127.0.0.1:*"]) as sub_node:
+        sub = sub_node.subscribe("EXIT", overflow="block")
+        with role("pubexit", {"subject": "EXIT", "n": n,
+                              "settings": {"send_policy": "block"}}) as pub:
+            ready = await pub.event("ready")
+            sub_node.connect_peer(ready["endpoint"])
+            got = 0
+            last = 0
+            with anyio.fail_after(60):
+                async for msg in sub:
+                    got += 1
+                    last = msg.sequence or 0
+                    if last == n:
+                        break
+            await pub.event("published")
+            assert await anyio.to_thread.run_sync(pub.popen.wait, 20) == 0
+        assert got == n and last == n
+        assert sub.statistics().lost == 0 and sub.statistics().dropped == 0
+
+
+async def test_bursts_into_aoz_sub_never_abort_libzmq(tmp_path: Path) -> None:
+    """Five bursts of 300k messages to the `aoz sub` CLI with default settings."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with open(tmp_path / "out", "wb") as out, open(tmp_path / "err", "wb") as err:  # noqa: ASYNC230
+        async with aoz.connect(bind=[f"tcp://127.0.0.1:{port}"]) as pub:
+            proc = await anyio.open_process(
+                [sys.executable, "-m", "aoz", "sub", "BURST", "--static-connect",
+                 f"tcp://127.0.0.1:{port}", "--raw"],
+                stdout=out, stderr=err, env=env,
+            )
+            try:
+                await pub.wait_for_interest("BURST", timeout=30)
+                body = b"b" * 100
+                for _burst in range(5):
+                    for _ in range(300_000):
+                        await pub.publish("BURST", body)
+                    await anyio.sleep(1.0)  # let it chew: the abort came in this phase
+                    assert proc.returncode is None, (tmp_path / "err").read_text()
+            finally:
+                proc.terminate()
+                await proc.wait()
+    assert b"Assertion failed" not in (tmp_path / "err").read_bytes()
+    assert proc.returncode not in (-signal.SIGABRT, 134)
+    assert (tmp_path / "out").stat().st_size > 0
+
+
+async def test_frozen_peer_is_expired_and_not_reported_up_while_frozen() -> None:
+    from aoz.discovery.nsd import NamingDaemon
+
+    async with NamingDaemon(port=0) as nsd, aoz.connect(naming=[nsd.endpoint], **FAST) as node:
+        events = node.peer_events(links=True)
+        with role("member", {"nsd": nsd.endpoint, "settings": FAST}) as peer:
+            info = await peer.event("ready")
+            with anyio.fail_after(15):  # the link comes up both ways first
+                async for ev in events:
+                    if ev.peer.uuid == info["uuid"] and ev.kind == "link_up":
+                        break
+            peer.signal(signal.SIGSTOP)
+            kinds: list[str] = []
+            with anyio.fail_after(15):
+                async for ev in events:
+                    if ev.peer.uuid == info["uuid"]:
+                        kinds.append(ev.kind)
+                        if ev.kind == "expired":
+                            break
+            assert kinds[-1] == "expired" and "link_down" in kinds
+            assert info["uuid"] not in {p.uuid for p in node.peers}
+            # while it stays frozen nothing brings it back
+            with anyio.move_on_after(3):
+                async for ev in events:
+                    assert ev.peer.uuid != info["uuid"], ev
+            assert info["uuid"] not in {p.uuid for p in node.peers}
+            assert not node.link_up(info["endpoint"])
+            await events.aclose()
+
+
+async def test_churn_leaves_the_tables_at_their_baseline() -> None:
+    from aoz.discovery.nsd import NamingDaemon
+
+    async with NamingDaemon(port=0) as nsd, aoz.connect(naming=[nsd.endpoint], **FAST) as node:
+        plane = node._plane
+
+        def sizes() -> tuple[int, ...]:
+            return (len(plane._connected), len(plane._link_state), len(plane._pending_disconnects),
+                    len(node._link_seen), len(node.peers), len(node._interest))
+
+        events = node.peer_events(links=True)
+        await anyio.sleep(0.6)  # one housekeeping round: the node's own link is seen
+        baseline = sizes()
+        for _ in range(15):
+            async with aoz.connect(naming=[nsd.endpoint], **FAST) as guest:
+                with anyio.fail_after(10):
+                    async for ev in events:
+                        if ev.peer.uuid == guest.uuid and ev.kind == "link_up":
+                            break
+        await events.aclose()
+        for _ in range(100):  # departures drain: 0.5 s grace, then the next sweep
+            if sizes() == baseline:
+                break
+            await anyio.sleep(0.1)
+        assert sizes() == baseline

@@ -1,0 +1,108 @@
+"""Sequence numbers: every publication is numbered per (publisher, subject), and a
+subscriber counts what is missing exactly."""
+
+from __future__ import annotations
+
+import struct
+
+import anyio
+import pytest
+import zmq
+import zmq.asyncio
+
+import aoz
+from aoz.protocol.sequence import HEADER_LEN, encode_header, gap, parse_header
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_gap_arithmetic() -> None:
+    assert gap(None, 7) == 0
+    assert gap(7, 8) == 0
+    assert gap(7, 10) == 2
+    assert gap(2**32 - 2, 1) == 2  # wrapped: 2**32-1 and 0 are missing
+    assert gap(10, 10) == 0  # a duplicate is not a loss
+    assert gap(10, 3) == 0  # a restarted stream is not a loss
+
+
+def test_header_round_trip() -> None:
+    h = encode_header(2, 2**64 - 1, 2**32 + 5)
+    assert len(h) == HEADER_LEN and h[0] == 0x82
+    assert parse_header(h + b"{}") == (2, 2**64 - 1, 5, HEADER_LEN)
+    assert parse_header(b"\x02{}") is None
+    assert parse_header(h[:-1]) is None
+
+
+async def test_messages_carry_publisher_and_sequence(
+    static_pair: tuple[aoz.Node, aoz.Node],
+) -> None:
+    a, b = static_pair
+    async with b.subscribe("SEQ.a") as sa, b.subscribe("SEQ.>") as wild:
+        await a.wait_for_interest("SEQ.a")
+        for i in range(3):
+            await a.publish("SEQ.a", {"i": i})
+            await a.publish("SEQ.b", f"text {i}")
+        got = [await sa.next(timeout=5) for _ in range(3)]
+        assert [m.sequence for m in got] == [1, 2, 3]
+        assert {m.publisher for m in got} == {a._frames.publisher}
+        assert [m.decode() for m in got] == [{"i": 0}, {"i": 1}, {"i": 2}]
+        assert got[0].codec is aoz.Codec.MSGPACK and got[0].gap == 0
+        seen = [await wild.next(timeout=5) for _ in range(6)]
+        b_msgs = [m for m in seen if m.subject == "SEQ.b"]
+        assert [m.sequence for m in b_msgs] == [1, 2, 3]  # numbered per subject
+        assert [m.data for m in b_msgs] == [b"text 0", b"text 1", b"text 2"]
+        assert sa.statistics().lost == 0 and wild.statistics().lost == 0
+
+
+async def test_unsequenced_node_sends_plain_payloads(
+    static_pair: tuple[aoz.Node, aoz.Node],
+) -> None:
+    _, b = static_pair
+    async with aoz.connect(bind=["tcp://127.0.0.1:*"], sequence=False) as plain:
+        b.connect_peer(plain.endpoint)
+        async with b.subscribe("PLAIN") as sub:
+            await plain.wait_for_interest("PLAIN")
+            await plain.publish("PLAIN", b"raw")
+            msg = await sub.next(timeout=5)
+    assert msg.payload == b"\x00raw" and msg.sequence is None and msg.publisher is None
+
+
+async def test_gaps_are_counted_exactly_and_marked_on_the_next_message() -> None:
+    """A publisher that skips numbers (as a full queue or a cut link would)."""
+    ctx = zmq.asyncio.Context.instance()
+    raw = ctx.socket(zmq.XPUB)
+    port = raw.bind_to_random_port("tcp://127.0.0.1")
+    sent = [1, 2, 3, 7, 8, 20]  # 3 missing after 3, 11 missing after 8
+    try:
+        async with (
+            aoz.connect(connect=[f"tcp://127.0.0.1:{port}"]) as node,
+            node.subscribe("GAP") as sub,
+            node.subscribe("GAP.>") as other,
+        ):
+            with anyio.fail_after(10):
+                while (await raw.recv()) != b"\x01GAP\x00":
+                    pass
+            for seq in sent:
+                body = struct.pack("<I", seq)
+                await raw.send(b"GAP\0\x01\0" + encode_header(0, 42, seq) + body)
+            got = [await sub.next(timeout=5) for _ in sent]
+            assert [m.sequence for m in got] == sent
+            assert [m.gap for m in got] == [0, 0, 0, 3, 0, 11]
+            assert all(m.publisher == 42 for m in got)
+            st = sub.statistics()
+            assert st.lost == 14 and st.dropped == 0 and st.received == len(sent)
+            assert other.statistics().lost == 0  # not its subject
+            assert node.statistics().lost_in == 14
+    finally:
+        raw.close(linger=0)
+
+
+def test_an_unsent_frame_gives_its_number_back() -> None:
+    """publish_nowait on a full blocking node rewinds, so a retry is not a false gap."""
+    from aoz.protocol.builder import FrameBuilder
+
+    fb = FrameBuilder(aoz.Codec.MSGPACK, publisher=5)
+    frame = fb.publish("S", b"x")
+    assert parse_header(frame, 4) == (0, 5, 1, 4 + HEADER_LEN)
+    fb.rewind("S")
+    assert parse_header(fb.publish("S", b"y"), 4) == (0, 5, 1, 4 + HEADER_LEN)
