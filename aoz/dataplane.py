@@ -26,6 +26,10 @@ that re-runs the drain, and sockets that are also written to have a safety re-ru
 Failures are not swallowed: an exception in a drain callback (other than a closed
 socket while closing) ends the reader task with it, which fails the node; the node
 then ends every subscription with an error.
+
+Why this module is longer than the others: the socket lifecycle, the fd readers, the
+receive hot path and the send paths share the sockets and their state, and are easiest
+to check for cancellation and error handling read together in one place.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from .errors import AozError, ConfigError, TransportError, WouldBlock
 from .interest import InterestSet
 from .message import Message, Responder
 from .protocol.frames import Kind, decode_frame, publish_subject_end
-from .protocol.sequence import FLAG, HEADER_LEN, PACK, gap
+from .protocol.sequence import FLAG, HEADER_LEN, PACK, SequenceTracker
 from .routing import RoutingTable
 from .security import ZAP_ENDPOINT, keypair, zap_reply
 from .subscription import Subscription
@@ -61,7 +65,6 @@ _DISCONNECT_GRACE = 0.5  # seconds a departed peer's data link may still drain
 _HANDSHAKE_MS = 5000  # a ZMTP handshake (CURVE included) must complete within this
 _CONNECT_TIMEOUT_MS = 1000  # one TCP connect attempt, before the next reconnect
 _BLOCK_CUT_MS = 30_000  # send_policy="block": a subscriber silent this long is cut
-_STREAMS_MAX = 65536  # (subject, publisher) sequence states kept before starting over
 
 
 @contextmanager
@@ -134,9 +137,7 @@ class DataPlane:
         self.malformed = 0
         self.lost = 0  # messages known missing upstream (sequence gaps), all subscriptions
         self.counters: dict[str, int] = {}
-        # subject -> publisher id -> last sequence seen (see aoz.protocol.sequence)
-        self._streams: dict[bytes, dict[int, int]] = {}
-        self._nstreams = 0
+        self.sequences = SequenceTracker()
 
     def count(self, counter: str, n: int = 1) -> None:
         self.counters[counter] = self.counters.get(counter, 0) + n
@@ -279,9 +280,11 @@ class DataPlane:
             # reporting the SUB's disconnects to a monitor nobody reads, freezing every
             # socket of the shared context.
             self._sub.disable_monitor()
-        for sock in (self._mon, self._sub, self._pub, self._zap):
+        # Only what we publish is worth waiting for; a SUB's queue holds subscriptions
+        # for peers that may be gone, which would hold term() for the whole linger.
+        for sock, wait in ((self._mon, 0), (self._sub, 0), (self._pub, linger), (self._zap, 0)):
             if sock is not None and not sock.closed:
-                sock.close(linger=linger)
+                sock.close(linger=wait)
         if not self._ctx.closed:
             # term() returns once what was queued has left, or the linger ran out;
             # it blocks, so not on the event loop
@@ -362,6 +365,9 @@ class DataPlane:
         scan = publish_subject_end
         publish = Kind.PUBLISH
         responder = self._responder
+        unpack = PACK.unpack_from
+        last_seen = self.sequences.last_seen
+        seq_end = 3 + HEADER_LEN
         now = time.time()
         n = 0
         nbytes = 0
@@ -381,8 +387,15 @@ class DataPlane:
                             continue
                     if subs:
                         msg = Message(frame, nul, nul + 3, publish, None, now, responder)
-                        if len(frame) >= nul + 3 + HEADER_LEN and frame[nul + 3] & FLAG:
-                            self._sequence(sb, frame, nul + 4, msg, subs)
+                        if len(frame) >= nul + seq_end and frame[nul + 3] & FLAG:
+                            # the next number from the subject's last publisher costs
+                            # one unpack and one lookup; anything else takes _sequence
+                            pid, seq = unpack(frame, nul + 4)
+                            st = last_seen.get(sb)
+                            if st is not None and st[0] == pid and seq == st[1] + 1:
+                                st[1] = seq
+                            else:
+                                self._sequence(sb, pid, seq, msg, subs)
                         for s in subs:
                             s.push(msg)
                 else:
@@ -397,32 +410,22 @@ class DataPlane:
         return n
 
     def _sequence(
-        self, subject: bytes, frame: bytes, at: int, msg: Message, subs: tuple[Subscription, ...]
+        self, subject: bytes, publisher: int, seq: int, msg: Message,
+        subs: tuple[Subscription, ...],
     ) -> None:
-        """Check a sequenced frame against the last one of its (subject, publisher)."""
-        publisher, seq = PACK.unpack_from(frame, at)
-        streams = self._streams.get(subject)
-        if streams is None:
-            if self._nstreams >= _STREAMS_MAX:
-                self.reset_sequences()
-            streams = self._streams[subject] = {}
-        last = streams.get(publisher)
-        if last is None:
-            self._nstreams += 1
-        streams[publisher] = seq
-        if last is not None and seq != last + 1:
-            missing = gap(last, seq)
-            if missing:
-                msg.gap = missing
-                self.lost += missing
-                for s in subs:
-                    s.upstream_loss(missing)
+        """A sequenced frame that is not simply the next one of its subject's latest
+        publisher: a first frame, another publisher, or a gap."""
+        missing = self.sequences.check(subject, publisher, seq)
+        if missing:
+            msg.gap = missing
+            self.lost += missing
+            for s in subs:
+                s.upstream_loss(missing)
 
     def reset_sequences(self) -> None:
         """Forget every stream's last sequence (the subscriptions changed: a gap across
         the change would be a subscription's absence, not a loss)."""
-        self._streams.clear()
-        self._nstreams = 0
+        self.sequences.clear()
 
     def hold(self) -> None:
         """A subscription with ``overflow="block"`` is full: stop reading the data SUB

@@ -94,10 +94,11 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False):
         f, st = self._frame, self._start
         if len(f) > st:
             first = f[st]
-            if first < _KNOWN_IDS:
+            if first & FLAG:
+                if first & ~FLAG < _KNOWN_IDS and len(f) >= st + HEADER_LEN:
+                    return f[st + HEADER_LEN :]
+            elif first < _KNOWN_IDS:
                 return f[st + 1 :]
-            if first & FLAG and first & ~FLAG < _KNOWN_IDS and len(f) >= st + HEADER_LEN:
-                return f[st + HEADER_LEN :]
         return f[st:]
 
     @property

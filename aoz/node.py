@@ -16,6 +16,10 @@ task and closed in another, and cancelling ``start()`` cancels everything it sta
 Failures are loud: when a task of the node fails, every subscription, reply stream
 and pending request ends with :class:`aoz.ClosedError` whose ``__cause__`` is the
 failure, and leaving ``async with`` re-raises it (unless the block raised first).
+
+Why this module is longer than the others: it is the whole public surface of a node,
+every method with the docstring and example users read; the logic behind each one
+lives in the modules above, and no method here is more than a few lines of it.
 """
 
 from __future__ import annotations
@@ -51,10 +55,10 @@ from .errors import (
     WouldBlock,
 )
 from .interest import InterestSet
+from .liveness import PeerLinks
 from .message import Message
 from .protocol.builder import FrameBuilder
 from .protocol.codecs import Codec
-from .protocol.frames import inbox_subject
 from .protocol.subjects import compile_pattern, is_reserved, subject_bytes
 from .requests import ReplyStream, Requests
 from .routing import RoutingTable
@@ -126,7 +130,8 @@ class Node:
             publisher=secrets.randbits(64) if s.sequence else None,
         )
         self._blocking = s.send_policy == "block"
-        self._link_seen: dict[str, bool] = {}  # peer uuid -> last link state reported
+        self._links = PeerLinks(self.uuid, self._plane, self._interest, self._peer_hub,
+                                lambda: self.peers)
         self._sends_since_yield = 0
         self._no_responders = 0
 
@@ -183,7 +188,7 @@ class Node:
             await anyio.sleep(_HOUSEKEEPING)
             self._requests.expire(time.monotonic())
             if self._driver is not None:
-                self._report_links()
+                self._links.report()
 
     def _on_failure(self, exc: BaseException) -> None:
         log.error("aoz node %s failed: %r", self.uuid, exc, exc_info=exc)
@@ -441,32 +446,11 @@ class Node:
         and broker modes there is no peer table: it waits for ``subject``'s interest.
         Raises :class:`aoz.WaitTimeout`.
         """
-        quiet = 2 * self.settings.connect_interval
-        changed = self._plane.interest_changed
         with anyio.move_on_after(timeout):
             await self.wait_for_interest(subject, timeout)
             if self._driver is None:
                 return 0
-            events = self._peer_hub.stream()
-            try:
-                while True:
-                    others = [p for p in self.peers if p.uuid != self.uuid]
-                    missing = [p for p in others
-                               if not self._interest.has_inbox(inbox_subject(p.uuid))]
-                    if not missing:
-                        with anyio.move_on_after(quiet) as settle:
-                            await events.__anext__()  # a peer joined or left: look again
-                        if settle.cancelled_caught:
-                            return len(others)
-                        continue
-                    changed.clear()
-                    self._plane.read_interest()
-                    if any(not self._interest.has_inbox(inbox_subject(p.uuid))
-                           for p in missing):
-                        with anyio.move_on_after(quiet):
-                            await changed.wait()
-            finally:
-                await events.aclose()
+            return await self._links.wait_subscribed(2 * self.settings.connect_interval)
         self._check_open()
         raise WaitTimeout(
             f"not every peer's subscriptions reached this node within {timeout} s "
@@ -549,32 +533,9 @@ class Node:
         self._plane.disconnect_peer(endpoint)
 
     def link_up(self, endpoint: str) -> bool:
-        """Whether the data link with the peer at ``endpoint`` is up both ways: our SUB
-        completed the handshake with its publisher, and its SUB's inbox filter reached
-        ours (so it is connected, handshaken and answering heartbeats). A frozen peer
-        fails the second within three heartbeat intervals, however its kernel answers
-        TCP."""
-        if not self._plane.link_up(endpoint):
-            return False
-        peer = next((p for p in self.peers if p.endpoint == endpoint), None)
-        if peer is None or peer.uuid == self.uuid:
-            return True
-        return self._interest.has_inbox(inbox_subject(peer.uuid))
-
-    def _report_links(self) -> None:
-        """Turn link changes into ``link_up``/``link_down`` peer events."""
-        seen = self._link_seen
-        current = {p.uuid: p for p in self.peers if p.uuid != self.uuid}
-        for uuid in [u for u in seen if u not in current]:
-            del seen[uuid]  # departed peers leave no state behind
-        for uuid, peer in current.items():
-            up = self.link_up(peer.endpoint)
-            if seen.get(uuid, False) != up:
-                if up or uuid in seen:
-                    self._peer_hub.push(
-                        PeerEvent(kind="link_up" if up else "link_down", peer=peer)
-                    )
-                seen[uuid] = up
+        """Whether the data link with the peer at ``endpoint`` is up both ways (see
+        :mod:`aoz.liveness`): what discovery's expiry rule asks."""
+        return self._links.up(endpoint)
 
     def peer_event(self, event: PeerEvent) -> None:
         self._peer_hub.push(event)

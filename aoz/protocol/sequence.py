@@ -28,7 +28,7 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-__all__ = ["FLAG", "HEADER_LEN", "encode_header", "gap", "parse_header"]
+__all__ = ["FLAG", "HEADER_LEN", "SequenceTracker", "encode_header", "gap", "parse_header"]
 
 #: set in the codec byte when a sequence header follows
 FLAG: Final = 0x80
@@ -62,3 +62,55 @@ def gap(last: int | None, sequence: int) -> int:
         return 0
     missing = (sequence - last - 1) % _WRAP
     return 0 if missing >= _MAX_GAP else missing
+
+
+class SequenceTracker:
+    """The last number seen per (subject, publisher), and what a new one says is missing.
+
+    Pure and bounded. The receive hot path reads :attr:`last_seen` directly (subject ->
+    ``[publisher, last]`` of the subject's latest publisher) and calls :meth:`check`
+    only when a frame is not simply that publisher's next number, so one publisher per
+    subject, the common case, costs one lookup per frame. The table forgets everything
+    when it would exceed ``max_streams`` (the first frame of each stream after that is
+    a new start, never a loss).
+
+    >>> t = SequenceTracker()
+    >>> t.check(b"S", 1, 1), t.check(b"S", 1, 4), t.check(b"S", 2, 9), t.check(b"S", 1, 5)
+    (0, 2, 0, 0)
+    """
+
+    __slots__ = ("_streams", "count", "last_seen", "max_streams")
+
+    def __init__(self, max_streams: int = 65536) -> None:
+        self.last_seen: dict[bytes, list[int]] = {}
+        # subject -> publisher -> last number, for every publisher but the latest, whose
+        # number last_seen holds
+        self._streams: dict[bytes, dict[int, int]] = {}
+        self.count = 0  #: (subject, publisher) pairs known
+        self.max_streams = max_streams
+
+    def check(self, subject: bytes, publisher: int, sequence: int) -> int:
+        """Record ``sequence`` from ``publisher`` on ``subject``; returns how many of its
+        messages are missing just before it."""
+        streams = self._streams.get(subject)
+        if streams is None:
+            if self.count >= self.max_streams:
+                self.clear()
+            streams = self._streams[subject] = {}
+        st = self.last_seen.get(subject)
+        if st is not None and st[0] == publisher:
+            last: int | None = st[1]
+        else:
+            last = streams.pop(publisher, None)
+            if last is None:
+                self.count += 1
+            if st is not None:
+                streams[st[0]] = st[1]  # the previous latest publisher goes to the table
+        self.last_seen[subject] = [publisher, sequence]
+        return gap(last, sequence)
+
+    def clear(self) -> None:
+        """Forget every stream (a gap across this is not counted)."""
+        self._streams.clear()
+        self.last_seen.clear()
+        self.count = 0

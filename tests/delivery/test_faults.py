@@ -139,7 +139,7 @@ async def test_churn_leaves_the_tables_at_their_baseline() -> None:
 
         def sizes() -> tuple[int, ...]:
             return (len(plane._connected), len(plane._link_state), len(plane._pending_disconnects),
-                    len(node._link_seen), len(node.peers), len(node._interest))
+                    len(node._links._seen), len(node.peers), len(node._interest))
 
         events = node.peer_events(links=True)
         await anyio.sleep(0.6)  # one housekeeping round: the node's own link is seen

@@ -9,9 +9,17 @@ import anyio
 import pytest
 import zmq
 import zmq.asyncio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import aoz
-from aoz.protocol.sequence import HEADER_LEN, encode_header, gap, parse_header
+from aoz.protocol.sequence import (
+    HEADER_LEN,
+    SequenceTracker,
+    encode_header,
+    gap,
+    parse_header,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -106,3 +114,57 @@ def test_an_unsent_frame_gives_its_number_back() -> None:
     assert parse_header(frame, 4) == (0, 5, 1, 4 + HEADER_LEN)
     fb.rewind("S")
     assert parse_header(fb.publish("S", b"y"), 4) == (0, 5, 1, 4 + HEADER_LEN)
+
+
+async def test_interleaved_publishers_on_one_subject_are_tracked_apart() -> None:
+    ctx = zmq.asyncio.Context.instance()
+    raw = ctx.socket(zmq.XPUB)
+    port = raw.bind_to_random_port("tcp://127.0.0.1")
+    # (publisher, number): B skips 3, A skips 4; a wrap from 2**32-1 to 0 is no loss
+    sent = [(1, 1), (2, 1), (1, 2), (2, 2), (1, 3), (2, 4), (1, 5), (1, 6),
+            (3, 2**32 - 1), (3, 0), (2, 5)]
+    try:
+        async with (
+            aoz.connect(connect=[f"tcp://127.0.0.1:{port}"]) as node,
+            node.subscribe("MIX") as sub,
+        ):
+            with anyio.fail_after(10):
+                while (await raw.recv()) != b"\x01MIX\x00":
+                    pass
+            for pid, seq in sent:
+                await raw.send(b"MIX\0\x01\0" + encode_header(0, pid, seq) + b"x")
+            got = [await sub.next(timeout=5) for _ in sent]
+            assert [(m.publisher, m.sequence) for m in got] == sent
+            assert [m.gap for m in got] == [0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0]
+            assert sub.statistics().lost == 2
+    finally:
+        raw.close(linger=0)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([b"A", b"B"]), st.integers(1, 3),
+                          st.integers(0, 12)), max_size=60))
+def test_tracker_matches_a_plain_model(events: list[tuple[bytes, int, int]]) -> None:
+    """The hot path's split state (latest publisher apart) equals one plain table."""
+    tracker = SequenceTracker()
+    model: dict[tuple[bytes, int], int] = {}
+    fast_hits = 0
+    for subject, pid, seq in events:
+        latest = tracker.last_seen.get(subject)
+        if latest is not None and latest[0] == pid and seq == latest[1] + 1:
+            latest[1] = seq  # what the data plane does without calling check()
+            got = 0
+            fast_hits += 1
+        else:
+            got = tracker.check(subject, pid, seq)
+        assert got == gap(model.get((subject, pid)), seq)
+        model[(subject, pid)] = seq
+    assert tracker.count == len(model)
+    assert fast_hits <= len(events)
+
+
+def test_tracker_is_bounded() -> None:
+    t = SequenceTracker(max_streams=10)
+    for i in range(100):
+        assert t.check(b"s%d" % i, 1, 5) == 0
+        assert t.count <= 10
