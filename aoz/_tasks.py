@@ -103,7 +103,10 @@ class TaskOwner:
         except BaseException as exc:
             err = unwrap(exc)
             if not started.done():
-                started.set_exception(err)
+                if isinstance(err, asyncio.CancelledError):
+                    started.cancel()  # start() itself was cancelled: nobody reads it
+                else:
+                    started.set_exception(err)
             elif not isinstance(err, asyncio.CancelledError):
                 self.failure = err
                 if self._on_failure is not None:

@@ -39,7 +39,7 @@ from typing import Annotated, Any, Literal, cast
 import msgspec
 
 from . import omnm
-from .errors import AozError, DecodeError, NoResponders, RequestTimeout, WaitTimeout
+from .errors import AozError, DecodeError, EncodeError, NoResponders, RequestTimeout, WaitTimeout
 from .message import Message
 from .protocol.codecs import Codec, Verbatim
 
@@ -155,20 +155,34 @@ def message_text(msg: Message) -> str:
     if msg.codec in (Codec.MSGPACK, Codec.JSON, Codec.TEXT):
         try:
             value = msg.decode()
-        except DecodeError:
-            pass  # shown as bytes below
-        else:
             return value if isinstance(value, str) else msgspec.json.encode(value).decode()
+        except _UNDECODABLE:
+            UNDECODABLE.count += 1  # shown as bytes below
     return msg.data.decode("utf-8", errors="backslashreplace")
+
+
+class _Undecodable:
+    """How many payloads were shown as bytes because they could not be decoded."""
+
+    count = 0
+
+
+#: payloads that did not decode, or decoded to what JSON cannot hold (msgpack
+#: extension types, tuple keys), and were shown as their bytes instead
+UNDECODABLE = _Undecodable()
+_UNDECODABLE = (DecodeError, TypeError, ValueError, OverflowError, msgspec.EncodeError)
 
 
 def _data(msg: Message) -> tuple[Any, str | None]:
     if msg.codec in (Codec.MSGPACK, Codec.JSON, Codec.TEXT, Codec.OMNM):
         try:
             value = msg.decode()
-            return (omnm.to_json(value) if msg.codec is Codec.OMNM else value), None
-        except DecodeError:
-            pass  # a malformed payload is shown as its bytes
+            if msg.codec is Codec.OMNM:
+                value = omnm.to_json(value)
+            msgspec.json.encode(value)  # the caller will: fail here, not there
+            return value, None
+        except _UNDECODABLE:
+            UNDECODABLE.count += 1  # a malformed payload is shown as its bytes
     raw = msg.data
     try:
         return raw.decode("utf-8"), None
@@ -292,6 +306,8 @@ async def sub(
             _show(msg, n, raw=raw, as_json=as_json)
             if count and n >= count:
                 break
+    if UNDECODABLE.count:
+        _info(f"{UNDECODABLE.count} payload(s) could not be decoded and were shown as bytes")
     return 0
 
 
@@ -380,8 +396,8 @@ async def _echo(msg: Message) -> None:
         try:
             await msg.respond(msg.decode(), codec=msg.codec)
             return
-        except DecodeError:
-            pass  # echo the bytes
+        except (DecodeError, EncodeError):
+            UNDECODABLE.count += 1  # echo the bytes
     if msg.codec in (Codec.OMNM, Codec.UNKNOWN):  # no aoz byte: echo the payload verbatim
         await msg.respond(Verbatim(msg.payload))
         return
@@ -767,6 +783,22 @@ def _build_app() -> Any:
         code = _run_nsd(list(ctx.args))
         if code:
             raise typer.Exit(code)
+
+    @app.command("keygen")
+    def _keygen(
+        name: Annotated[str, typer.Argument(help="Writes NAME.key (secret) and NAME.pub.")],
+        force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")] = False,
+    ) -> None:
+        """Write a new CURVE keypair to NAME.key and NAME.pub (mode 0600); prints the public key."""
+        from .security import write_keypair
+
+        try:
+            secret_path, public_path, public = write_keypair(name, force=force)
+        except AozError as exc:
+            _error(str(exc))
+            raise typer.Exit(1) from None
+        _info(f"wrote {secret_path} (secret, keep it private) and {public_path}")
+        print(public, flush=True)
 
     @app.command("record", epilog=_EXAMPLES["record"])
     def _record(

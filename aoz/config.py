@@ -104,6 +104,17 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     curve_public: str | None = None
     curve_secret: str | None = None
     curve_allow: list[str] | None = None
+    #: CURVE on the naming plane too (the nsd is the CURVE server with the mesh keypair
+    #: and allows ``curve_allow``); needs ``curve_public``/``curve_secret`` listed there.
+    #: Such a node cannot use an OZ nsd, and OZ programs cannot join its mesh.
+    naming_curve: bool = False
+    #: largest data message accepted, bytes (-1 = unlimited); a peer sending more is
+    #: disconnected by ZeroMQ after the frame header (aoz.sockopts)
+    max_message_size: int = 64 * 1024 * 1024
+    #: a ZeroMQ/CURVE handshake not finished within this many seconds is dropped
+    handshake_timeout: float = 5.0
+    #: after failed handshakes (wrong CURVE keys) reconnect after 1, 4, 16... s, at most this
+    reconnect_backoff_max: float = 60.0
 
     def __post_init__(self) -> None:
         _check(self.connect_interval > 0, "connect_interval must be > 0 seconds")
@@ -115,6 +126,18 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
         _check(self.queue_size >= 1, "queue_size must be >= 1")
         _check(0 < self.udp_port < 65536, "udp_port must be within 1..65535")
         _check(self.linger >= 0, "linger must be >= 0 seconds")
+        _check(
+            self.max_message_size == -1 or self.max_message_size >= 1024,
+            "max_message_size must be >= 1024 bytes, or -1 for unlimited",
+        )
+        _check(self.handshake_timeout > 0, "handshake_timeout must be > 0 seconds")
+        _check(self.reconnect_backoff_max >= 1, "reconnect_backoff_max must be >= 1 second")
+        _check(
+            not self.naming_curve
+            or (self.curve_server_public is not None and self.curve_public is not None),
+            "naming_curve needs the mesh keypair (curve_server_public/curve_server_secret) "
+            "and this node's curve_public/curve_secret, listed in the nsd's curve_allow",
+        )
         _check(self.send_hwm >= 1 and self.recv_hwm >= 1, "send_hwm and recv_hwm must be >= 1")
         keys = (self.curve_server_public, self.curve_server_secret, self.curve_public,
                 self.curve_secret, *(self.curve_allow or ()))

@@ -53,6 +53,7 @@ from .protocol.frames import Kind, decode_frame, publish_subject_end
 from .protocol.sequence import FLAG, HEADER_LEN, PACK, SequenceTracker
 from .routing import RoutingTable
 from .security import ZAP_ENDPOINT, keypair, zap_reply
+from .sockopts import DATA_MONITOR_EVENTS, HandshakeGuard, apply_data_options
 from .subscription import Subscription
 
 __all__ = ["DataPlane", "connectable"]
@@ -62,9 +63,6 @@ log = logging.getLogger("aoz.node")
 _BATCH = 1024  # frames drained per wake-up before other callbacks run
 _COPY_THRESHOLD = 65536  # larger frames are sent zero-copy
 _DISCONNECT_GRACE = 0.5  # seconds a departed peer's data link may still drain
-_HANDSHAKE_MS = 5000  # a ZMTP handshake (CURVE included) must complete within this
-_CONNECT_TIMEOUT_MS = 1000  # one TCP connect attempt, before the next reconnect
-_BLOCK_CUT_MS = 30_000  # send_policy="block": a subscriber silent this long is cut
 
 
 @contextmanager
@@ -127,6 +125,7 @@ class DataPlane:
         self._connected: set[str] = set()
         self._pending_disconnects: dict[str, asyncio.TimerHandle] = {}
         self._link_state: dict[str, bool] = {}
+        self._guard: HandshakeGuard | None = None
 
         self.messages_in = 0
         self.bytes_in = 0
@@ -157,11 +156,13 @@ class DataPlane:
             self._pub, self._sub = pub, sub
             if self._curve:
                 self._setup_curve(pub, sub)
-            self._options(pub, sub)
-            if s.mode in ("naming", "udp"):
-                self._mon = sub.get_monitor_socket(
-                    zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
-                )
+            # every option and why: aoz/sockopts.py (sizes, handshakes, back-off, liveness)
+            apply_data_options(pub, sub, s)
+            self._guard = HandshakeGuard(
+                sub, s, wanted=self._connected.__contains__, count=self.count
+            )
+            # every mode: the guard needs the handshake events (link state: naming/udp)
+            self._mon = sub.get_monitor_socket(DATA_MONITOR_EVENTS)
         if s.mode in ("naming", "udp"):
             self._bind(f"tcp://{s.publish_address}:*")
         elif s.mode == "static":
@@ -179,50 +180,6 @@ class DataPlane:
             self._connect_sub(s.broker_sub)
         with _mapped("cannot subscribe to this node's inbox"):
             sub.setsockopt(zmq.SUBSCRIBE, self._inbox_filter)
-
-    def _options(self, pub: zmq.Socket[bytes], sub: zmq.Socket[bytes]) -> None:
-        """Socket options; why each matters:
-
-        - Heartbeats run on the XPUB only (ping every ``heartbeat_interval``, drop a
-          subscriber that has not answered within 3 of them): a frozen or vanished
-          subscriber is cut, which frees what it held at this publisher and withdraws
-          its filters (that is how a peer's link is seen to die). The SUB runs no
-          heartbeat timer and the XPUB asks for none (TTL 0): libzmq aborts
-          (``Assertion failed: !_io_error``, zeromq/libzmq#3937, #4767) when a heartbeat
-          timer fires on a connection whose input is stopped because the receiving
-          queue is full, which a burst into a busy subscriber makes likely.
-        - The SUB uses TCP keepalive instead, so a connection whose peer has gone
-          (a healed network cut, a rebooted host) is noticed and reconnected; the
-          connect timeout bounds each attempt so a reconnect follows within about a
-          second of the network healing.
-        - A handshake that does not complete in time (a frozen peer whose kernel still
-          accepts connections) is dropped; a link is up only once the handshake succeeded.
-        - ``send_policy="block"``: XPUB_NODROP, so a full subscriber queue makes the
-          send wait instead of dropping.
-        """
-        s = self.settings
-        linger = int(s.linger * 1000)
-        for sock in (pub, sub):
-            sock.setsockopt(zmq.LINGER, linger)
-            sock.setsockopt(zmq.HANDSHAKE_IVL, _HANDSHAKE_MS)
-        pub.setsockopt(zmq.SNDHWM, s.send_hwm)
-        if s.heartbeat_interval > 0:
-            ivl = max(1, int(s.heartbeat_interval * 1000))
-            pub.setsockopt(zmq.HEARTBEAT_IVL, ivl)
-            # A subscriber whose queue is full reads no pings either: with "block" it is
-            # given 30 s before it is cut (its loss is then reported by sequence gaps).
-            timeout = ivl * 3 if s.send_policy == "drop" else max(ivl * 3, _BLOCK_CUT_MS)
-            pub.setsockopt(zmq.HEARTBEAT_TIMEOUT, timeout)
-            pub.setsockopt(zmq.HEARTBEAT_TTL, 0)
-        if s.send_policy == "block":
-            pub.setsockopt(zmq.XPUB_NODROP, 1)
-        sub.setsockopt(zmq.RCVHWM, s.recv_hwm)
-        sub.setsockopt(zmq.RECONNECT_IVL, max(1, int(s.reconnect_interval * 1000)))
-        sub.setsockopt(zmq.CONNECT_TIMEOUT, _CONNECT_TIMEOUT_MS)
-        sub.setsockopt(zmq.TCP_KEEPALIVE, 1)
-        sub.setsockopt(zmq.TCP_KEEPALIVE_IDLE, 1)
-        sub.setsockopt(zmq.TCP_KEEPALIVE_INTVL, 1)
-        sub.setsockopt(zmq.TCP_KEEPALIVE_CNT, 3)
 
     def _setup_curve(self, pub: zmq.Socket[bytes], sub: zmq.Socket[bytes]) -> None:
         s = self.settings
@@ -375,7 +332,8 @@ class DataPlane:
             while n < _BATCH and not self._holds:
                 frame = recv(noblock)
                 n += 1
-                nbytes += len(frame)
+                flen = len(frame)
+                nbytes += flen
                 nul = scan(frame)
                 if nul > 0:
                     sb = frame[:nul]
@@ -387,7 +345,7 @@ class DataPlane:
                             continue
                     if subs:
                         msg = Message(frame, nul, nul + 3, publish, None, now, responder)
-                        if len(frame) >= nul + seq_end and frame[nul + 3] & FLAG:
+                        if flen >= nul + seq_end and frame[nul + 3] & FLAG:
                             # the next number from the subject's last publisher costs
                             # one unpack and one lookup; anything else takes _sequence
                             pid, seq = unpack(frame, nul + 4)
@@ -501,6 +459,8 @@ class DataPlane:
                     continue
                 if endpoint not in self._connected:
                     continue  # a link already dropped: keep no state for it
+                if self._guard is not None:
+                    self._guard.event(ev["event"], endpoint, time.monotonic())
                 if ev["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                     self._link_state[endpoint] = True
                 elif ev["event"] in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
@@ -509,6 +469,8 @@ class DataPlane:
             pass
         except zmq.ZMQError as exc:
             self._socket_error(exc, "reading the data link monitor")
+        if self._guard is not None:  # runs at least every second (the reader's safety)
+            self._guard.tick(time.monotonic())
         return n
 
     def _drain_zap(self, sock: zmq.Socket[bytes]) -> int:

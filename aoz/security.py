@@ -10,8 +10,17 @@ hands its frames only to subscribers whose key is on the list (the node's own ke
 always allowed, for self-delivery). Without a list, any client that knows the mesh
 public key may subscribe: encryption without authentication.
 
-The naming plane (nsd traffic) stays in the clear, as in OZ: it carries endpoints,
-not data, and a peer announced by an impostor cannot complete the CURVE handshake.
+The naming plane (nsd traffic) stays in the clear by default, as in OZ: it carries
+endpoints, not data, and a peer announced by an impostor cannot complete the CURVE
+handshake. With ``naming_curve=True`` it is secured with the same keys: the nsd
+(``aoz nsd --curve-secret-file mesh.key --curve-allow-file nodes.txt``) is a CURVE
+server with the mesh keypair and allows only ``curve_allow``, and nodes' naming
+sockets are CURVE clients with their own keypair, so only listed keys can announce
+(``C``), leave (``D``) or welcome (``W``). **Such a mesh does not talk to OZ
+programs**: OZ's naming sockets speak plain ZMTP, and an OZ nsd cannot serve it.
+
+``aoz keygen NAME`` writes ``NAME.key`` (the secret key) and ``NAME.pub`` (the public
+key), both with mode 0600; keys are never logged.
 
 Keys are Z85 text (40 characters), as ``zmq.curve_keypair()`` and ``aoz keys`` make::
 
@@ -26,12 +35,29 @@ This module's ZAP logic is pure (frames in, frames out); the node owns the socke
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
 from collections.abc import Collection, Sequence
+from pathlib import Path
 
 import zmq
 from zmq.utils import z85
 
-__all__ = ["ZAP_ENDPOINT", "keypair", "zap_reply"]
+from .errors import ConfigError
+
+__all__ = [
+    "ZAP_ENDPOINT",
+    "ZapThread",
+    "keypair",
+    "public_key",
+    "read_key",
+    "read_keys",
+    "write_keypair",
+    "zap_reply",
+]
+
+log = logging.getLogger("aoz.security")
 
 #: where ZeroMQ looks for the authentication handler of a context
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
@@ -61,3 +87,123 @@ def zap_reply(request: Sequence[bytes], allowed: Collection[str]) -> tuple[list[
     if key in allowed:
         return [_ZAP_VERSION, rid, b"200", b"OK", key.encode("ascii"), b""], True
     return [_ZAP_VERSION, rid, b"400", b"key not allowed", b"", b""], False
+
+
+def public_key(secret: str) -> str:
+    """The public key of a Z85 secret key.
+
+    >>> pub, sec = keypair()
+    >>> public_key(sec) == pub
+    True
+    """
+    try:
+        return zmq.curve_public(secret.encode("ascii")).decode("ascii")
+    except (ValueError, UnicodeEncodeError, zmq.ZMQError) as exc:
+        raise ConfigError("not a CURVE secret key: expected 40 characters of Z85 text") from exc
+
+
+def _check_key(text: str, where: str) -> str:
+    key = text.strip()
+    try:
+        if len(key) != 40 or len(z85.decode(key.encode("ascii"))) != 32:
+            raise ValueError
+    except (ValueError, UnicodeEncodeError):
+        # never echo the text: it may be a secret key with a typo
+        raise ConfigError(f"{where} does not hold a 40-character Z85 CURVE key") from None
+    return key
+
+
+def write_keypair(prefix: str | os.PathLike[str], *, force: bool = False) -> tuple[Path, Path, str]:
+    """Write a new keypair to ``PREFIX.key`` (secret) and ``PREFIX.pub``; mode 0600.
+
+    Returns ``(secret_path, public_path, public_key)``. Existing files are kept (and
+    :class:`aoz.errors.ConfigError` raised) unless ``force``. The files are created with
+    mode 0600 from the start, so the secret is never readable by others.
+    """
+    base = Path(prefix)
+    secret_path, public_path = Path(f"{base}.key"), Path(f"{base}.pub")
+    if not force:
+        for path in (secret_path, public_path):
+            if path.exists():
+                raise ConfigError(f"{path} exists; choose another name or pass --force")
+    public, secret = keypair()
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
+    for path, text in ((secret_path, secret), (public_path, public)):
+        try:
+            fd = os.open(path, flags, 0o600)
+        except FileExistsError:
+            raise ConfigError(f"{path} exists; choose another name or pass --force") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            os.fchmod(f.fileno(), 0o600)  # also when --force reused an older file
+            f.write(text + "\n")
+    return secret_path, public_path, public
+
+
+def read_key(path: str | os.PathLike[str]) -> str:
+    """Read one Z85 key (public or secret) from a file written by :func:`write_keypair`."""
+    try:
+        text = Path(path).read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the key file {path}: {exc}") from None
+    return _check_key(text, f"key file {path}")
+
+
+def read_keys(path: str | os.PathLike[str]) -> list[str]:
+    """Read public keys, one per line (``#`` comments and blank lines skipped)."""
+    try:
+        lines = Path(path).read_text(encoding="ascii").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the key list {path}: {exc}") from None
+    keys = []
+    for n, line in enumerate(lines, 1):
+        line = line.split("#", 1)[0].strip()
+        if line:
+            keys.append(_check_key(line, f"line {n} of {path}"))
+    return keys
+
+
+class ZapThread:
+    """A ZAP handler (RFC 27) for one context, in a thread: for daemons whose sockets
+    live in a proxy thread rather than on an event loop (the nsd).
+
+    ``start()`` binds it; ``stop()`` ends it and closes its sockets (call it before the
+    context is terminated).
+    """
+
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], allowed: Collection[str]) -> None:
+        self.allowed = frozenset(allowed)
+        self.denied = 0
+        self._sock: zmq.Socket[bytes] = ctx.socket(zmq.REP)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="aoz-zap", daemon=True)
+
+    def start(self) -> None:
+        self._sock.bind(ZAP_ENDPOINT)
+        self._thread.start()
+
+    def _run(self) -> None:
+        sock = self._sock
+        try:
+            while not self._stop.is_set():
+                if not sock.poll(100):
+                    continue
+                request = sock.recv_multipart()
+                reply, ok = zap_reply(request, self.allowed)
+                if not ok:
+                    self.denied += 1
+                    log.info("refused a naming-plane client: %s", reply[3].decode())
+                sock.send_multipart(reply)
+        except zmq.ZMQError as exc:  # context terminated under us
+            log.debug("ZAP thread ended: %s", exc)
+        finally:
+            sock.close(linger=0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        else:
+            self._sock.close(linger=0)

@@ -20,6 +20,7 @@ counters, the tick loop and how actions are applied.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -30,10 +31,12 @@ import anyio.lowlevel
 import zmq
 import zmq.asyncio
 from anyio.abc import TaskStatus
+from zmq.utils.monitor import parse_monitor_message
 
 from ..config import Settings
 from ..errors import DecodeError, NamingTimeout, TransportError
 from ..protocol.naming import NamingType, decode_naming, encode_naming
+from ..sockopts import GUARD_EVENTS, HANDSHAKE_FAILED, HandshakeGuard, apply_naming_options
 from .peers import Peer, PeerEvent
 from .state import (
     Action,
@@ -154,6 +157,8 @@ class DriverCore:
     ) -> list[Action]:
         state = self._state
         assert state is not None
+        links = self._links
+        assert links is not None
         actions: list[Action] = []
         for raw in batch:
             try:
@@ -162,14 +167,25 @@ class DriverCore:
                 self._counters["naming_decode_errors"] += 1
                 log.debug("dropped malformed %s input: %s", self.kind, exc)
                 continue
+            if frame.type is NamingType.WELCOME:
+                self._poll_connections(now)
+            elif state.knows_endpoint(frame.endpoint):
+                # a D or a second uuid for a known endpoint is judged by the data link
+                # (see state.py): tell the machine what that link is doing right now
+                ep = frame.endpoint
+                actions.extend(state.link_state(ep, links.link_up(ep), now))
             actions.extend(state.received(frame, now))
         return actions
+
+    def _poll_connections(self, now: float) -> None:
+        """Report naming-subscription (re)connections; only the nsd driver has any."""
 
     def _tick(self) -> None:
         state = self._state
         links = self._links
         assert state is not None and links is not None
         now = time.monotonic()
+        self._poll_connections(now)
         actions: list[Action] = []
         if now >= self._next_link_check:
             self._next_link_check = now + min(state.expire_window / 3, 0.5)
@@ -216,17 +232,45 @@ class NamingDriver(DriverCore):
         super().__init__(settings)
         self._pub: zmq.Socket[bytes] | None = None
         self._frames: dict[NamingType, bytes] = {}
+        self._monitors: list[tuple[zmq.Socket[bytes], HandshakeGuard]] = []
+        self._sub_mon: zmq.Socket[bytes] | None = None
+        self._xsub_up: dict[str, bool] = {}  # naming PUB link per nsd XSUB endpoint
 
-    def _socket_options(self, sock: zmq.Socket[Any]) -> None:
-        s = self.settings
-        sock.setsockopt(zmq.SNDHWM, _HWM)
-        sock.setsockopt(zmq.RCVHWM, _HWM)
-        sock.setsockopt(zmq.RECONNECT_IVL, max(1, int(s.reconnect_interval * 1000)))
-        if s.heartbeat_interval > 0:
-            ms = max(1, int(s.heartbeat_interval * 1000))
-            sock.setsockopt(zmq.HEARTBEAT_IVL, ms)
-            sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * ms)
-            sock.setsockopt(zmq.HEARTBEAT_TTL, 3 * ms)
+    def _poll_connections(self, now: float) -> None:
+        """Feed the naming sockets' monitor events to the state machine and the guards.
+
+        A handshake that succeeded on the naming SUB vouches for the one ``W`` the nsd
+        sends on that connection (state.py). Called before any ``W`` is judged: libzmq
+        reports the handshake before it delivers the connection's first frame.
+        """
+        state = self._state
+        for mon, guard in self._monitors:
+            try:
+                while True:
+                    ev = parse_monitor_message(mon.recv_multipart(zmq.NOBLOCK))
+                    event = ev["event"]
+                    raw = ev["endpoint"]
+                    endpoint = raw.decode() if isinstance(raw, bytes) else ""
+                    guard.event(event, endpoint, now)
+                    if mon is not self._sub_mon:  # the naming PUB: which XSUBs are up
+                        if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                            self._xsub_up[endpoint] = True
+                        elif event == zmq.EVENT_DISCONNECTED or event in HANDSHAKE_FAILED:
+                            self._xsub_up[endpoint] = False
+                    ours = mon is self._sub_mon and state is not None
+                    if ours and event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                        assert state is not None
+                        state.subscription_connected(now)
+            except zmq.Again:
+                pass
+            except (zmq.ZMQError, ValueError, KeyError) as exc:  # closed, or a bad event
+                log.debug("naming monitor: %s", exc)
+            guard.tick(now)
+
+    def _wanted_naming(self, is_sub: bool) -> Callable[[str], bool]:
+        if is_sub:
+            return lambda ep: ep in self.settings.naming
+        return lambda ep: self._state is not None and ep in self._state.xsub_endpoints
 
     def _send(self, ftype: NamingType) -> None:
         assert self._state is not None
@@ -244,6 +288,7 @@ class NamingDriver(DriverCore):
     def _connect_naming(self, endpoint: str) -> None:
         if self._pub is None:
             return
+        self._drop_dead_xsubs(endpoint)
         try:
             self._pub.connect(endpoint)
             log.debug("naming PUB connected to nsd XSUB %s", endpoint)
@@ -252,6 +297,21 @@ class NamingDriver(DriverCore):
                 self._counters.get("naming_connect_errors", 0) + 1
             )
             log.warning("cannot connect naming PUB to %s: %s", endpoint, exc)
+
+    def _drop_dead_xsubs(self, new: str) -> None:
+        """A new welcome: an XSUB we were told about earlier whose link is down belongs to
+        an nsd that restarted (a restart gives a new XSUB port). Disconnect it, or the
+        naming PUB would keep reconnecting to a dead port for ever."""
+        if self._pub is None or self._state is None:
+            return
+        for old in self._state.xsub_endpoints:
+            if old != new and not self._xsub_up.get(old, False):
+                with contextlib.suppress(zmq.ZMQError):
+                    self._pub.disconnect(old)
+                self._state.forget_xsub(old)
+                self._xsub_up.pop(old, None)
+                self._counters["xsubs_dropped"] = self._counters.get("xsubs_dropped", 0) + 1
+                log.info("naming PUB dropped %s (its nsd restarted on a new XSUB)", old)
 
     async def run(
         self, links: DataLinks, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -269,9 +329,19 @@ class NamingDriver(DriverCore):
         actx = zmq.asyncio.Context.instance()
         sub = actx.socket(zmq.SUB)
         pub: zmq.Socket[bytes] = zmq.Context.shadow(actx.underlying).socket(zmq.PUB)
+        monitors: list[zmq.Socket[bytes]] = []
         try:
-            self._socket_options(sub)
-            self._socket_options(pub)
+            apply_naming_options(sub, s, hwm=_HWM)
+            apply_naming_options(pub, s, hwm=_HWM)
+            for sock in (sub, pub):
+                mon: zmq.Socket[bytes] = zmq.Context.shadow(actx.underlying).socket(zmq.PAIR)
+                monitors.append(mon)
+                endpoint = f"inproc://aoz-naming-monitor-{id(sock):x}"
+                sock.monitor(endpoint, GUARD_EVENTS)
+                mon.connect(endpoint)
+                wanted = self._wanted_naming(sock is sub)
+                self._monitors.append((mon, HandshakeGuard(sock, s, wanted=wanted)))
+            self._sub_mon = monitors[0]
             sub.setsockopt(zmq.LINGER, 0)
             pub.setsockopt(zmq.LINGER, int(max(s.linger, 0.1) * 1000))
             sub.setsockopt(zmq.SUBSCRIBE, _NAMING)
@@ -291,6 +361,12 @@ class NamingDriver(DriverCore):
                 tg.cancel_scope.cancel()
         finally:
             self._pub = None
+            self._monitors = []
+            for sock in (sub, pub):
+                with contextlib.suppress(zmq.ZMQError):
+                    sock.disable_monitor()
+            for mon in monitors:
+                mon.close(linger=0)
             sub.close(linger=0)
             pub.close()  # keeps the socket's linger so a just-sent D still leaves
         if self._failed is not None:

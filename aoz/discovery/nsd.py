@@ -18,6 +18,15 @@ forwarded upstream once per topic, which is all an XSUB needs.
 
 Standalone: ``aoz nsd --port 5756`` or ``python -m aoz.discovery.nsd --port 5756``;
 it prints ``aoz nsd ready xpub=... xsub=...`` on stderr and exits 0 on SIGINT/SIGTERM.
+
+Secured (``curve_server_secret=``, ``aoz nsd --curve-secret-file mesh.key
+--curve-allow-file nodes.txt``): both sockets are CURVE servers with the mesh keypair
+and only the listed client keys complete a handshake, so nobody else can announce,
+leave or welcome; nodes join it with ``naming_curve=True``. This mode does not talk to
+OZ programs (their naming sockets have no CURVE).
+
+Every socket caps inbound messages at :data:`aoz.sockopts.NAMING_MAX` bytes and drops
+handshakes that take longer than ``handshake_timeout``.
 """
 
 from __future__ import annotations
@@ -33,8 +42,10 @@ from types import TracebackType
 import anyio
 import zmq
 
-from ..errors import AozError, ClosedError
+from ..errors import AozError, ClosedError, ConfigError
 from ..protocol.naming import NamingFrame, NamingType, encode_naming
+from ..security import ZapThread, public_key, read_key, read_keys
+from ..sockopts import NAMING_MAX, apply_curve_server
 from .broker import ProxyThread, bind_socket, tune
 
 __all__ = ["NamingDaemon", "main", "welcome_frame"]
@@ -74,7 +85,23 @@ class NamingDaemon:
         advertise: str | None = None,
         program: str = "nsd",
         heartbeat_interval: float = 1.0,
+        handshake_timeout: float = 5.0,
+        curve_server_secret: str | None = None,
+        curve_allow: list[str] | None = None,
     ) -> None:
+        if curve_server_secret is not None:
+            self.curve_server_public: str | None = public_key(curve_server_secret)
+            if not curve_allow:
+                raise ConfigError(
+                    "a secured nsd needs curve_allow: the public keys of the nodes that may "
+                    "use it (an empty list would let nobody in)"
+                )
+        else:
+            self.curve_server_public = None
+        self._curve_secret = curve_server_secret
+        self._curve_allow = list(curve_allow or ())
+        self._handshake = handshake_timeout
+        self._zap: ZapThread | None = None
         self.host = host
         self.port = port
         self.program = program
@@ -102,6 +129,13 @@ class NamingDaemon:
         try:
             for sock in (xsub, xpub):
                 tune(sock, self._heartbeat)
+                sock.setsockopt(zmq.MAXMSGSIZE, NAMING_MAX)
+                sock.setsockopt(zmq.HANDSHAKE_IVL, max(1, int(self._handshake * 1000)))
+                if self._curve_secret is not None:
+                    apply_curve_server(sock, self._curve_secret, domain=b"aoz-naming")
+            if self._curve_secret is not None:
+                self._zap = ZapThread(ctx, self._curve_allow)
+                self._zap.start()
             xsub_bound = bind_socket(xsub, self.host, 0, "nsd XSUB")
             self.xsub_endpoint = self._advertised(xsub_bound)
             xpub.setsockopt(
@@ -111,6 +145,8 @@ class NamingDaemon:
         except BaseException:
             xsub.close(linger=0)
             xpub.close(linger=0)
+            if self._zap is not None:
+                self._zap.stop()
             ctx.term()
             raise
         self._proxy = ProxyThread(ctx, xsub, xpub, name="aoz-nsd")
@@ -126,8 +162,17 @@ class NamingDaemon:
     async def aclose(self) -> None:
         """Stop forwarding and release both ports (idempotent)."""
         self._closed = True
+        if self._zap is not None:  # before the proxy terminates the context
+            zap, self._zap = self._zap, None
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(zap.stop)
         if self._proxy is not None:
             await self._proxy.stop()
+
+    @property
+    def refused(self) -> int:
+        """Handshakes refused because the client key is not allowed (secured mode)."""
+        return 0 if self._zap is None else self._zap.denied
 
     async def __aenter__(self) -> NamingDaemon:
         await self.start()
@@ -139,13 +184,30 @@ class NamingDaemon:
         await self.aclose()
 
 
-async def _serve(args: argparse.Namespace) -> int:
+def _keys(args: argparse.Namespace) -> tuple[str | None, list[str]]:
+    secret = read_key(args.curve_secret_file) if args.curve_secret_file else None
+    allow = list(args.curve_allow or ())
+    for path in args.curve_allow_file or ():
+        allow.extend(read_keys(path))
+    if allow and secret is None:
+        raise ConfigError("--curve-allow needs --curve-secret-file (the mesh secret key)")
+    return secret, allow
+
+
+async def _serve(args: argparse.Namespace, secret: str | None, allow: list[str]) -> int:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with NamingDaemon(
-            args.bind, args.port, advertise=args.advertise, heartbeat_interval=args.heartbeat
+            args.bind,
+            args.port,
+            advertise=args.advertise,
+            heartbeat_interval=args.heartbeat,
+            curve_server_secret=secret,
+            curve_allow=allow or None,
         ) as nsd:
+            secured = " curve=on" if secret is not None else ""
             print(
-                f"aoz nsd ready xpub={nsd.endpoint} xsub={nsd.xsub_endpoint} pid={os.getpid()}",
+                f"aoz nsd ready xpub={nsd.endpoint} xsub={nsd.xsub_endpoint} "
+                f"pid={os.getpid()}{secured}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -173,6 +235,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--heartbeat", type=float, default=1.0, help="ZeroMQ heartbeat interval, s (0 = off)"
     )
+    parser.add_argument(
+        "--curve-secret-file",
+        default=None,
+        help="secure the naming plane with CURVE: file with the mesh secret key "
+        "(aoz keygen); OZ programs cannot use a secured nsd",
+    )
+    parser.add_argument(
+        "--curve-allow", action="append", help="a node public key allowed in (repeatable)"
+    )
+    parser.add_argument(
+        "--curve-allow-file", action="append", help="file of allowed public keys, one a line"
+    )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING...")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -181,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
     try:
-        return anyio.run(_serve, args)
+        secret, allow = _keys(args)
+        return anyio.run(_serve, args, secret, allow)
     except AozError as exc:
         print(f"aoz nsd: {exc}", file=sys.stderr, flush=True)
         return 1

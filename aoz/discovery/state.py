@@ -19,10 +19,16 @@ Phases::
 - ``welcome(xsub, now)``: an nsd told us where its XSUB is. A new XSUB endpoint
   (first contact, a second nsd, or an nsd that restarted) -> ``ConnectNamingPub``
   and ``C`` every ``connect_interval`` until we hear our own ``C``/``c`` again.
+- ``subscription_connected(now)``: the naming SUB has just (re)connected to an nsd, so
+  the nsd's welcome is on its way: the next ``W`` received within ``welcome_window``
+  seconds is believed. A ``W`` arriving any other time is counted
+  (``welcomes_refused``) and ignored -- anyone who can publish into an nsd can send
+  one, and believing it would point our naming PUB at their endpoint.
 - ``received(frame, now)``: ``C``/``c`` from an unknown uuid (ours included) ->
   ``ConnectData`` + ``PeerJoined`` + one ``C`` of ours so late joiners learn about
   us; a known uuid only refreshes ``last_seen`` (several nsds deliver duplicates).
-  ``D`` -> ``DisconnectData`` + ``PeerLeft``. ``W`` is handled as ``welcome``.
+  ``D`` -> ``DisconnectData`` + ``PeerLeft`` (but see *goodbyes* below). ``W`` is
+  handled as ``welcome`` when a ``subscription_connected`` vouches for it.
 - ``tick(now)``: repeats ``C`` while announcing, fails at the deadline, sends
   beacons ``c`` every ``beacon_interval`` (0 = none) and expires dead peers.
 - ``link_state(endpoint, up, now)``: what the node's data SUB monitor says about a
@@ -37,6 +43,29 @@ Phases::
 Hostile or malformed input (an endpoint that is not ``tcp://host:port``, a uuid that
 is not a uuid, our own uuid with someone else's endpoint) is counted in
 :attr:`NamingState.counters` and ignored; it never produces a ``ConnectData``.
+
+Goodbyes, impostors and the trade-off
+-------------------------------------
+The naming plane is unauthenticated in OZ's protocol, so a ``D`` or a ``C`` may be
+forged by anyone who can reach an nsd. The data link (what the driver reports with
+``link_state``) cannot be forged that way, so it is the arbiter:
+
+- A ``D`` for a peer whose link is down (or was never reported up) is applied at once.
+  A ``D`` for a peer whose link is *up* only marks it as leaving
+  (``goodbyes_deferred``): its data connection is kept. The goodbye is confirmed
+  (``DisconnectData`` + ``PeerLeft``) when its link goes down -- a peer that really
+  leaves closes its data PUB right after its ``D`` -- or, with beacons on, when it has
+  sent no ``C``/``c`` for ``expire_window`` seconds after the ``D``. A ``C``/``c`` from
+  it cancels the goodbye (``goodbyes_refuted``). So a forged ``D`` drops no data;
+  the price is that a real departure is reported when the link check notices the
+  closed socket (the driver polls every <= 0.5 s) instead of at once, and that a peer
+  which says ``D`` but keeps its data PUB open (neither aoz nor OZ does) stays
+  connected until its link drops (beacons off) or one ``expire_window`` (beacons on).
+- A new uuid announcing the endpoint of a known peer supersedes it only when the
+  holder looks dead: its link is down, or it has been silent for ``expire_window``
+  (the usual story: a process died without ``D`` and its port was reused). While the
+  holder's link is up and it is not silent, the newcomer is a conflict
+  (``naming_conflicts``) and is ignored. Our own endpoint is never given away.
 
 >>> st = NamingState(uuid="3669840e-d043-11ea-adc2-fcaa146e6b01",
 ...                  endpoint="tcp://127.0.0.1:4000", program="p", host="h", pid=1)
@@ -161,6 +190,7 @@ class _Entry:
     seen: float  # last C/c, in the state machine's clock
     link_seen: float | None = None  # last time the data link was reported up
     link_up: bool = False
+    leaving: float | None = None  # when a D arrived while the link was up
 
 
 @dataclass(slots=True)
@@ -172,6 +202,9 @@ class _Counters:
                 "naming_malformed",
                 "naming_conflicts",
                 "welcomes",
+                "welcomes_refused",
+                "goodbyes_deferred",
+                "goodbyes_refuted",
                 "peers_joined",
                 "peers_left",
                 "peers_expired",
@@ -206,6 +239,7 @@ class NamingState:
         expire_beacons: int = 3,
         require_welcome: bool = True,
         wall_offset: float = 0.0,
+        welcome_window: float = 5.0,
     ) -> None:
         self.uuid = uuid
         self.endpoint = endpoint
@@ -218,7 +252,10 @@ class NamingState:
         self.expire_beacons = expire_beacons
         self.require_welcome = require_welcome
         self.wall_offset = wall_offset
+        self.welcome_window = welcome_window
         self.phase = Phase.IDLE
+        # deadlines of the welcomes vouched for by subscription_connected()
+        self._welcome_due: list[float] = []
         self._counters = _Counters()
         self._peers: dict[str, _Entry] = {}
         self._by_endpoint: dict[str, str] = {}  # data endpoint -> uuid holding it
@@ -260,6 +297,10 @@ class NamingState:
         """Data endpoints of the peers whose link state the driver should report."""
         return [e.peer.endpoint for u, e in self._peers.items() if u != self.uuid]
 
+    def knows_endpoint(self, endpoint: str) -> bool:
+        """Whether a known peer (or this node) holds ``endpoint``."""
+        return endpoint in self._by_endpoint or endpoint == self.endpoint
+
     def frame(self, ftype: NamingType) -> NamingFrame:
         """Our own naming frame of the given type."""
         return NamingFrame(ftype, self.program, self.host, self.pid, self.uuid, self.endpoint)
@@ -292,18 +333,29 @@ class NamingState:
         out.extend(self._begin_announcing(now))
         return out
 
+    def forget_xsub(self, xsub_endpoint: str) -> None:
+        """The driver dropped a dead nsd's XSUB (a restarted nsd welcomed us on a new
+        one): a later welcome naming it again is new again."""
+        if xsub_endpoint in self._xsubs:
+            self._xsubs.remove(xsub_endpoint)
+
+    def subscription_connected(self, now: float) -> list[Action]:
+        """The naming SUB (re)connected to an nsd: believe the next ``W`` (one per call)."""
+        self._welcome_due.append(now + self.welcome_window)
+        return []
+
     def received(self, frame: NamingFrame, now: float) -> list[Action]:
         """A naming frame arrived (already decoded)."""
         if self.phase in (Phase.IDLE, Phase.FAILED, Phase.STOPPED):
             return []
         self._counters.add("naming_in")
         if frame.type is NamingType.WELCOME:
-            return self.welcome(frame.endpoint, now)
+            return self._received_welcome(frame, now)
         if not is_uuid(frame.uuid) or not is_tcp_endpoint(frame.endpoint):
             self._counters.add("naming_malformed")
             return []
         if frame.type is NamingType.DISCONNECT:
-            return self._disconnect(frame)
+            return self._disconnect(frame, now)
         return self._announced(frame, now)
 
     def tick(self, now: float) -> list[Action]:
@@ -343,6 +395,8 @@ class NamingState:
         if up:
             entry.link_seen = now
             return []
+        if entry.leaving is not None:  # the goodbye it sent is confirmed
+            return self._forget(uuid, PeerLeft(entry.peer), "peers_left")
         return self._expire(now, only=uuid)
 
     def stop(self) -> list[Action]:
@@ -355,6 +409,18 @@ class NamingState:
         return [SendNaming(NamingType.DISCONNECT)] if announced else []
 
     # ---------------------------------------------------------------- internals
+
+    def _received_welcome(self, frame: NamingFrame, now: float) -> list[Action]:
+        if not self.require_welcome:
+            return self.welcome(frame.endpoint, now)  # counted as malformed there
+        due = self._welcome_due
+        while due and due[0] < now:
+            due.pop(0)  # a connection whose welcome never came (not an nsd?)
+        if not due:
+            self._counters.add("welcomes_refused")
+            return []
+        due.pop(0)
+        return self.welcome(frame.endpoint, now)
 
     def _begin_announcing(self, now: float) -> list[Action]:
         self._announce = True
@@ -385,13 +451,23 @@ class NamingState:
                 self._counters.add("naming_conflicts")
                 return out
             entry.seen = now
+            if entry.leaving is not None:  # alive after all: the D was forged or stale
+                entry.leaving = None
+                self._counters.add("goodbyes_refuted")
             if own:
                 out.extend(self._heard_own(now))
             return out
-        # a new uuid; a previous holder of the same endpoint (a process that died
-        # without D, whose port was reused) is superseded
+        if not own and frame.endpoint == self.endpoint:
+            self._counters.add("naming_conflicts")  # our endpoint is ours while we run
+            return out
+        # a new uuid; a previous holder of the same endpoint that looks dead (a
+        # process that died without D, whose port was reused) is superseded
         previous = self._by_endpoint.get(frame.endpoint)
         if previous is not None:
+            holder = self._peers[previous]
+            if holder.link_up and now - holder.seen <= self.expire_window:
+                self._counters.add("naming_conflicts")  # the holder is alive: an impostor
+                return out
             old = self._peers.pop(previous)
             self._counters.add("peers_expired")
             out.append(PeerExpired(old.peer))
@@ -417,12 +493,18 @@ class NamingState:
             return [Ready()]
         return []
 
-    def _disconnect(self, frame: NamingFrame) -> list[Action]:
+    def _disconnect(self, frame: NamingFrame, now: float) -> list[Action]:
         entry = self._peers.get(frame.uuid)
         if entry is None or frame.uuid == self.uuid:
             return []
         if entry.peer.endpoint != frame.endpoint:
             self._counters.add("naming_conflicts")
+            return []
+        if entry.link_up and self.phase is Phase.READY:
+            # alive as far as the data plane can tell: keep its data until it confirms
+            if entry.leaving is None:
+                entry.leaving = now
+                self._counters.add("goodbyes_deferred")
             return []
         return self._forget(frame.uuid, PeerLeft(entry.peer), "peers_left")
 
@@ -439,7 +521,14 @@ class NamingState:
         candidates = [only] if only is not None else list(self._peers)
         for uuid in candidates:
             entry = self._peers[uuid]
-            if uuid == self.uuid or entry.link_up:
+            if uuid == self.uuid:
+                continue
+            said_d = entry.leaving
+            if said_d is not None and beacons and now - max(said_d, entry.seen) > window:
+                # said D and has not beaconed since: believe it although its link is up
+                out.extend(self._forget(uuid, PeerLeft(entry.peer), "peers_left"))
+                continue
+            if entry.link_up:
                 continue
             if not beacons and entry.link_seen is None:
                 continue  # beacons off and the link was never up: no evidence either way

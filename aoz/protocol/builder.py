@@ -93,12 +93,13 @@ class FrameBuilder:
             if codec is None and type(data) is bytes:
                 return e.prefix + data
             return e.header + encode_payload(data, codec, default=self.default_codec)
-        seq = e.seq = (e.seq + 1) & _SEQ_WRAP
+        e.seq += 1
         if codec is None and type(data) is bytes:
-            return e.prefix + _U32(seq) + data
+            return e.prefix + _U32(e.seq & _SEQ_WRAP) + data
+        seq = e.seq & _SEQ_WRAP
         body = encode_payload(data, codec, default=self.default_codec)
         if not body or body[0] & FLAG or body[0] >= _AOZ_CODECS or type(data) is Verbatim:
-            e.seq = (seq - 1) & _SEQ_WRAP  # a foreign payload (omnm...) goes out as it is
+            e.seq -= 1  # a foreign payload (omnm...) goes out as it is
             return e.header + body
         return b"".join((e.header, bytes((body[0] | FLAG,)), self._pid, _U32(seq), body[1:]))
 
@@ -106,7 +107,7 @@ class FrameBuilder:
         """The last frame built for ``subject`` was not sent: reuse its sequence number."""
         e = self._entries.get(subject)
         if e is not None and self.publisher is not None:
-            e.seq = (e.seq - 1) & _SEQ_WRAP
+            e.seq -= 1
 
     def request(self, subject: str, handle: bytes, payload: bytes) -> bytes:
         """A request frame for an encoded ``payload`` (see :meth:`payload`)."""

@@ -18,6 +18,16 @@ given (any other OpenMAMA payload bridge's bytes).
 An empty payload is raw and empty. A payload whose first byte is none of these (an OZ
 peer's own payload, say) is :attr:`Codec.UNKNOWN` and is delivered whole, as raw bytes:
 it is never dropped. msgspec errors are translated here into :mod:`aoz.errors`.
+
+Hostile input
+-------------
+Decoding is bounded so that no payload from the network can raise anything but
+:class:`aoz.errors.DecodeError`: a body larger than :data:`MAX_BODY` is refused before
+it is parsed, and containers nested deeper than :data:`MAX_DEPTH` are refused (msgspec
+itself would raise ``RecursionError`` around 1,000 levels, and a value a few hundred
+levels deep still breaks ``repr``, rich and re-encoding in consumers). The depth check
+costs nothing for bodies shorter than :data:`MAX_DEPTH` bytes (each level takes at
+least one byte) and one pass over the containers of larger untyped values.
 """
 
 from __future__ import annotations
@@ -33,12 +43,20 @@ from ..errors import DecodeError, EncodeError
 
 __all__ = [
     "AOZ_CODEC_IDS",
+    "MAX_BODY",
+    "MAX_DEPTH",
     "Codec",
     "Verbatim",
+    "check_depth",
     "decode_payload",
     "encode_payload",
     "split_payload",
 ]
+
+#: deepest nesting of lists/maps a decoded msgpack or JSON payload may have
+MAX_DEPTH: Final = 64
+#: largest msgpack/JSON/text body decoded, in bytes (the raw bytes stay readable)
+MAX_BODY: Final = 256 * 1024 * 1024
 
 T = TypeVar("T")
 
@@ -272,6 +290,12 @@ def decode_payload(codec: Codec, body: bytes, type: type[T] | None = None) -> An
     """
     if codec is Codec.MSGPACK or codec is Codec.JSON:
         name = "msgpack" if codec is Codec.MSGPACK else "JSON"
+        target = "" if type is None else f" into {_type_name(type)}"
+        if len(body) > MAX_BODY:
+            raise DecodeError(
+                f"{name} payload of {len(body)} bytes is larger than {MAX_BODY}; read msg.data",
+                what="payload",
+            )
         if type is None:
             dec: msgspec.msgpack.Decoder[Any] | msgspec.json.Decoder[Any] = (
                 _MSGPACK_DEC if codec is Codec.MSGPACK else _JSON_DEC
@@ -279,10 +303,20 @@ def decode_payload(codec: Codec, body: bytes, type: type[T] | None = None) -> An
         else:
             dec = _typed_decoder(codec, type)
         try:
-            return dec.decode(body)
+            value = dec.decode(body)
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
-            target = "" if type is None else f" into {getattr(type, '__name__', type)!s}"
             raise DecodeError(f"invalid {name} payload{target}: {exc}", what="payload") from None
+        except RecursionError:
+            raise DecodeError(
+                f"{name} payload{target} is nested too deeply (more than {MAX_DEPTH} levels)",
+                what="payload",
+            ) from None
+        if len(body) > MAX_DEPTH and not check_depth(value):
+            raise DecodeError(
+                f"{name} payload{target} is nested more than {MAX_DEPTH} levels deep",
+                what="payload",
+            )
+        return value
     if codec is Codec.TEXT:
         if type is None or type is str:
             try:
@@ -331,3 +365,35 @@ def _decode_omnm(body: bytes, type: Any) -> Any:
 
 def _type_name(t: object) -> str:
     return str(getattr(t, "__name__", t))
+
+
+_SCALARS: Final = frozenset((str, int, float, bool, bytes, type(None)))
+
+
+def check_depth(value: object, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` nests lists, tuples, dicts and Structs at most ``limit`` deep.
+
+    Iterative (a deep value cannot exhaust the stack) and cheap for flat data: a
+    container holding only scalars is checked in one pass in C.
+
+    >>> check_depth([[1]], 2), check_depth([[[1]]], 2)
+    (True, False)
+    """
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        obj, depth = stack.pop()
+        if isinstance(obj, dict):
+            items: Any = obj.values()
+        elif isinstance(obj, list | tuple | set | frozenset):
+            items = obj
+        elif isinstance(obj, msgspec.Struct):
+            items = [getattr(obj, f, None) for f in obj.__struct_fields__]
+        else:
+            continue
+        depth += 1
+        if depth > limit:
+            return False
+        if _SCALARS.issuperset(map(type, items)):  # flat: one pass in C
+            continue
+        stack.extend((item, depth) for item in items if type(item) not in _SCALARS)
+    return True

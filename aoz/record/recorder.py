@@ -239,7 +239,7 @@ class Recorder:
             try:
                 with anyio.CancelScope(shield=True):
                     paths, errors = await anyio.to_thread.run_sync(self._write, rows)
-            except (OSError, ValueError, TypeError) as exc:
+            except Exception as exc:  # whatever went wrong, one bad row never loses the buffer
                 self._write_errors += 1
                 self._buffer[:0] = rows  # keep them; the next flush retries
                 raise AozError(f"recorder could not write to {self.directory}: {exc}") from exc

@@ -286,7 +286,7 @@ def build_tables(
         if codec in (1, 2):
             try:
                 fields = (_MSGPACK if codec == 1 else _JSON).decode(body)
-            except (msgspec.DecodeError, ValueError):
+            except (msgspec.DecodeError, ValueError, RecursionError):  # hostile nesting too
                 errors += 1
         elif codec == 0x4F:  # OpenMAMA omnm: its fields by name feed the same columns
             try:

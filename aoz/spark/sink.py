@@ -326,7 +326,7 @@ class SinkSidecar:
             if kind == _PUBLISH:
                 try:
                     rows = _CHUNK_DEC.decode(body)
-                except msgspec.DecodeError:
+                except (msgspec.DecodeError, RecursionError):  # nesting is input too
                     self._malformed += 1
                     continue
                 for n, (subject, codec, data) in enumerate(rows, 1):

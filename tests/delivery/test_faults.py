@@ -156,3 +156,29 @@ async def test_churn_leaves_the_tables_at_their_baseline() -> None:
                 break
             await anyio.sleep(0.1)
         assert sizes() == baseline
+
+
+async def test_nsd_restart_drops_the_dead_nsds_xsub() -> None:
+    """After an nsd restart (a new XSUB port) the naming PUB stops reconnecting to the old
+    one: the node keeps one XSUB, the live one."""
+    from ..discovery.helpers import kill, nsd_process
+
+    port = free_port()
+    endpoint = f"tcp://127.0.0.1:{port}"
+    async with nsd_process(port) as first, aoz.connect(naming=[endpoint], **FAST) as node:
+        driver = node._driver
+        assert driver is not None and len(driver._state.xsub_endpoints) == 1  # type: ignore[attr-defined]
+        old = driver._state.xsub_endpoints[0]  # type: ignore[attr-defined]
+        kill(first)
+        async with nsd_process(port):
+            for _ in range(300):  # the naming SUB reconnects and the new W arrives
+                if node.statistics().discovery.get("welcomes", 0) == 2:
+                    break
+                await anyio.sleep(0.05)
+            xsubs = driver._state.xsub_endpoints  # type: ignore[attr-defined]
+            assert node.statistics().discovery["welcomes"] == 2
+            assert len(xsubs) == 1 and xsubs[0] != old
+            assert node.statistics().discovery["xsubs_dropped"] == 1
+            # and the node is announced again through the new nsd
+            async with aoz.connect(naming=[endpoint], **FAST) as late:
+                await node.wait_for_peer(late.uuid, timeout=15)

@@ -91,8 +91,8 @@ async def test_malformed_frames_are_counted_and_dropped() -> None:
             bind=["tcp://127.0.0.1:*"], connect=[f"tcp://127.0.0.1:{port}"]
         ) as node, node.subscribe(">") as sub:
             with anyio.fail_after(5):
-                while True:  # the node's subscription reaching the raw XPUB
-                    if (await raw.recv()).startswith(b"\x01"):
+                while True:  # the node's ">" filter (b"") reaching the raw XPUB
+                    if (await raw.recv()) == b"\x01":  # not its inbox filter, sent first
                         break
             bad = [
                 b"",  # empty

@@ -1,0 +1,353 @@
+"""Socket-option policy: what every aoz ZeroMQ socket is allowed to cost.
+
+One place decides the options of the data sockets, the naming sockets and the nsd's,
+so that no socket that reads from the network is unbounded:
+
+- **Message size** (``ZMQ_MAXMSGSIZE``): a peer that sends more is disconnected by
+  libzmq after reading the frame header, not after reading the frame. The data SUB
+  takes ``settings.max_message_size``; sockets whose inbound traffic is tiny by
+  protocol get a tight fixed cap: a data PUB only ever receives subscriptions
+  (:data:`SUBSCRIPTION_MAX`), naming sockets only 882-byte frames (:data:`NAMING_MAX`).
+- **Handshake timeout** (``ZMQ_HANDSHAKE_IVL``): a half-open ZMTP/CURVE handshake is
+  dropped after ``settings.handshake_timeout`` seconds instead of libzmq's 30.
+- **Reconnect back-off after failed handshakes**: libzmq retries a connection whose
+  handshake failed (wrong CURVE server key, a key the server does not allow) every
+  ``reconnect_interval`` -- about 400 failed handshakes a minute at the publisher --
+  and its ``ZMQ_RECONNECT_IVL_MAX`` does not help, because every retry starts a fresh
+  connecter with the base interval (measured with libzmq 4.3.5). So connecting sockets
+  stop retrying after a failed handshake (``ZMQ_RECONNECT_STOP``, or an immediate
+  ``disconnect`` where that option is missing) and :class:`HandshakeGuard` connects
+  them again after 1, 4, 16... seconds, up to ``settings.reconnect_backoff_max``
+  (60 s): 4 failed handshakes in the first minute, then one a minute. A successful
+  handshake resets the endpoint's back-off.
+- **Links libzmq abandons**: after a protocol error on an established connection -- a
+  message over ``ZMQ_MAXMSGSIZE``, say -- libzmq closes the session for good and never
+  reconnects (4.3.5: ``DISCONNECTED`` and no ``CONNECT_RETRIED``). A peer that sends one
+  oversized message would be cut off forever, and a hostile frame relayed by an OZ nsd
+  would end a node's naming subscription. The guard notices the missing retry and
+  connects such an endpoint again with the same back-off.
+- **CURVE** on the naming plane (``settings.naming_curve``): the same key model as the
+  data plane (:mod:`aoz.security`); the nsd is the CURVE server.
+
+The policy (:class:`Backoff`) is pure; :class:`HandshakeGuard` applies it to one
+connecting socket and is fed monitor events and the time by its owner.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Callable
+from typing import Any, Final
+
+import zmq
+
+from .config import Settings
+
+__all__ = [
+    "DATA_MONITOR_EVENTS",
+    "GUARD_EVENTS",
+    "HANDSHAKE_FAILED",
+    "NAMING_MAX",
+    "SUBSCRIPTION_MAX",
+    "Backoff",
+    "HandshakeGuard",
+    "apply_curve_client",
+    "apply_data_options",
+    "apply_naming_options",
+]
+
+log = logging.getLogger("aoz.sockopts")
+
+#: largest inbound message of a data PUB: subscriptions are at most a subject and a byte
+SUBSCRIPTION_MAX: Final = 64 * 1024
+#: largest inbound message of a naming socket (frames are 882 bytes; room for more)
+NAMING_MAX: Final = 4096
+
+#: monitor events that mean "the handshake with this endpoint failed"
+HANDSHAKE_FAILED: Final = frozenset(
+    (
+        zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL,
+        zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
+        zmq.EVENT_HANDSHAKE_FAILED_AUTH,
+    )
+)
+#: events after which libzmq is still trying to (re)connect an endpoint
+_TRYING: Final = frozenset(
+    (
+        zmq.EVENT_CONNECTED,
+        zmq.EVENT_CONNECT_DELAYED,
+        zmq.EVENT_CONNECT_RETRIED,
+        zmq.EVENT_HANDSHAKE_SUCCEEDED,
+        *HANDSHAKE_FAILED,
+    )
+)
+#: what a guarded socket's monitor must report: link state, retries, handshake outcomes
+GUARD_EVENTS: Final = (
+    zmq.EVENT_CONNECTED
+    | zmq.EVENT_CONNECT_DELAYED
+    | zmq.EVENT_CONNECT_RETRIED
+    | zmq.EVENT_DISCONNECTED
+    | zmq.EVENT_HANDSHAKE_SUCCEEDED
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
+#: what the node's data SUB monitor listens to
+DATA_MONITOR_EVENTS: Final = GUARD_EVENTS | zmq.EVENT_CLOSED
+#: seconds after a disconnect within which libzmq schedules its retry (it does so at once)
+_RETRY_GRACE: Final = 1.0
+#: one TCP connect attempt of a data SUB, before the next reconnect
+_CONNECT_TIMEOUT_MS: Final = 1000
+#: send_policy="block": a subscriber silent this long is cut
+_BLOCK_CUT_MS: Final = 30_000
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+def _common(sock: zmq.Socket[Any], s: Settings) -> None:
+    sock.setsockopt(zmq.RECONNECT_IVL, _ms(s.reconnect_interval))
+    sock.setsockopt(zmq.HANDSHAKE_IVL, _ms(s.handshake_timeout))
+    if s.heartbeat_interval > 0:
+        ivl = _ms(s.heartbeat_interval)
+        sock.setsockopt(zmq.HEARTBEAT_IVL, ivl)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * ivl)
+        sock.setsockopt(zmq.HEARTBEAT_TTL, 3 * ivl)
+
+
+def stop_reconnect_on_handshake_failure(sock: zmq.Socket[Any]) -> bool:
+    """Ask libzmq not to retry after a failed handshake; whether it agreed.
+
+    ``ZMQ_RECONNECT_STOP`` is a draft option of libzmq 4.3.5; without it the
+    :class:`HandshakeGuard` disconnects the endpoint as soon as the failure is reported.
+    """
+    try:
+        sock.setsockopt(zmq.RECONNECT_STOP, zmq.RECONNECT_STOP_HANDSHAKE_FAILED)
+    except (AttributeError, zmq.ZMQError):
+        return False
+    return True
+
+
+def apply_data_options(pub: zmq.Socket[Any], sub: zmq.Socket[Any], s: Settings) -> None:
+    """Options of a node's data PUB (XPUB) and data SUB; why each matters:
+
+    - Heartbeats run on the XPUB only (ping every ``heartbeat_interval``, drop a
+      subscriber that has not answered within 3 of them): a frozen or vanished
+      subscriber is cut, which frees what it held at this publisher and withdraws
+      its filters (that is how a peer's link is seen to die). The SUB runs no
+      heartbeat timer and the XPUB asks for none (TTL 0): libzmq aborts
+      (``Assertion failed: !_io_error``, zeromq/libzmq#3937, #4767) when a heartbeat
+      timer fires on a connection whose input is stopped because the receiving
+      queue is full, which a burst into a busy subscriber makes likely.
+    - The SUB uses TCP keepalive instead, so a connection whose peer has gone
+      (a healed network cut, a rebooted host) is noticed and reconnected; the
+      connect timeout bounds each attempt so a reconnect follows within about a
+      second of the network healing.
+    - A handshake that does not complete within ``handshake_timeout`` (a frozen peer
+      whose kernel still accepts connections, a half-open attack) is dropped; a link
+      is up only once the handshake succeeded.
+    - ``send_policy="block"``: XPUB_NODROP, so a full subscriber queue makes the
+      send wait instead of dropping.
+    - Inbound sizes: the XPUB only ever receives subscriptions
+      (:data:`SUBSCRIPTION_MAX`), the SUB at most ``max_message_size``.
+    - The SUB stops retrying after a failed handshake; :class:`HandshakeGuard`
+      retries with back-off.
+
+    >>> ctx = zmq.Context.instance()
+    >>> pub, sub = ctx.socket(zmq.XPUB), ctx.socket(zmq.SUB)
+    >>> apply_data_options(pub, sub, Settings())
+    >>> sub.getsockopt(zmq.MAXMSGSIZE) == Settings().max_message_size
+    True
+    >>> pub.close(); sub.close()
+    """
+    linger = int(s.linger * 1000)
+    for sock in (pub, sub):
+        sock.setsockopt(zmq.LINGER, linger)
+        sock.setsockopt(zmq.HANDSHAKE_IVL, _ms(s.handshake_timeout))
+    pub.setsockopt(zmq.SNDHWM, s.send_hwm)
+    pub.setsockopt(zmq.MAXMSGSIZE, SUBSCRIPTION_MAX)
+    if s.heartbeat_interval > 0:
+        ivl = _ms(s.heartbeat_interval)
+        pub.setsockopt(zmq.HEARTBEAT_IVL, ivl)
+        # A subscriber whose queue is full reads no pings either: with "block" it is
+        # given 30 s before it is cut (its loss is then reported by sequence gaps).
+        timeout = ivl * 3 if s.send_policy == "drop" else max(ivl * 3, _BLOCK_CUT_MS)
+        pub.setsockopt(zmq.HEARTBEAT_TIMEOUT, timeout)
+        pub.setsockopt(zmq.HEARTBEAT_TTL, 0)
+    if s.send_policy == "block":
+        pub.setsockopt(zmq.XPUB_NODROP, 1)
+    sub.setsockopt(zmq.RCVHWM, s.recv_hwm)
+    sub.setsockopt(zmq.MAXMSGSIZE, s.max_message_size)
+    sub.setsockopt(zmq.RECONNECT_IVL, _ms(s.reconnect_interval))
+    sub.setsockopt(zmq.CONNECT_TIMEOUT, _CONNECT_TIMEOUT_MS)
+    sub.setsockopt(zmq.TCP_KEEPALIVE, 1)
+    sub.setsockopt(zmq.TCP_KEEPALIVE_IDLE, 1)
+    sub.setsockopt(zmq.TCP_KEEPALIVE_INTVL, 1)
+    sub.setsockopt(zmq.TCP_KEEPALIVE_CNT, 3)
+    stop_reconnect_on_handshake_failure(sub)
+
+
+def apply_naming_options(sock: zmq.Socket[Any], s: Settings, *, hwm: int) -> None:
+    """Options of a node's naming SUB or PUB (both connect to an nsd)."""
+    sock.setsockopt(zmq.SNDHWM, hwm)
+    sock.setsockopt(zmq.RCVHWM, hwm)
+    sock.setsockopt(zmq.MAXMSGSIZE, NAMING_MAX)
+    _common(sock, s)
+    if s.naming_curve:
+        apply_curve_client(sock, s)
+        stop_reconnect_on_handshake_failure(sock)
+
+
+def apply_curve_client(sock: zmq.Socket[Any], s: Settings) -> None:
+    """Make ``sock`` a CURVE client of the mesh's server key with this node's keypair."""
+    assert s.curve_server_public and s.curve_public and s.curve_secret
+    sock.setsockopt(zmq.CURVE_SERVERKEY, s.curve_server_public.encode("ascii"))
+    sock.setsockopt(zmq.CURVE_PUBLICKEY, s.curve_public.encode("ascii"))
+    sock.setsockopt(zmq.CURVE_SECRETKEY, s.curve_secret.encode("ascii"))
+
+
+def apply_curve_server(sock: zmq.Socket[Any], server_secret: str, *, domain: bytes) -> None:
+    """Make ``sock`` a CURVE server with the mesh's secret key (ZAP decides who may talk)."""
+    sock.setsockopt(zmq.CURVE_SERVER, 1)
+    sock.setsockopt(zmq.CURVE_SECRETKEY, server_secret.encode("ascii"))
+    sock.setsockopt(zmq.ZAP_DOMAIN, domain)
+
+
+class Backoff:
+    """When to try an endpoint again after its handshakes failed. Pure: time comes in.
+
+    The n-th consecutive failure waits ``first x factor**(n-1)`` seconds, at most
+    ``maximum``.
+
+    >>> b = Backoff(first=1.0, factor=4.0, maximum=60.0)
+    >>> [b.failed("tcp://h:1", 0.0) for _ in range(5)]
+    [1.0, 4.0, 16.0, 60.0, 60.0]
+    >>> b.due(59.0), b.due(60.0)
+    ([], ['tcp://h:1'])
+    """
+
+    def __init__(self, *, first: float = 1.0, factor: float = 4.0, maximum: float = 60.0) -> None:
+        self.first = first
+        self.factor = factor
+        self.maximum = maximum
+        self._failures: dict[str, int] = {}
+        self._due: list[tuple[float, str]] = []  # heap of (time, endpoint)
+        self._when: dict[str, float] = {}
+
+    def failed(self, endpoint: str, now: float) -> float:
+        """A handshake with ``endpoint`` failed; returns the delay before the next try."""
+        n = self._failures.get(endpoint, 0) + 1
+        self._failures[endpoint] = n
+        delay = min(self.first * self.factor ** (n - 1), self.maximum)
+        when = now + delay
+        self._when[endpoint] = when
+        heapq.heappush(self._due, (when, endpoint))
+        return delay
+
+    def succeeded(self, endpoint: str) -> None:
+        """A handshake with ``endpoint`` succeeded: the next failure starts over."""
+        self._failures.pop(endpoint, None)
+
+    def forget(self, endpoint: str) -> None:
+        """``endpoint`` is no longer wanted: never retry it."""
+        self._failures.pop(endpoint, None)
+        self._when.pop(endpoint, None)
+
+    def due(self, now: float) -> list[str]:
+        """Endpoints whose wait is over (each returned once per failure)."""
+        out: list[str] = []
+        while self._due and self._due[0][0] <= now:
+            when, endpoint = heapq.heappop(self._due)
+            if self._when.get(endpoint) == when:
+                del self._when[endpoint]
+                out.append(endpoint)
+        return out
+
+
+class HandshakeGuard:
+    """Applies :class:`Backoff` to one connecting socket: after failed handshakes, and
+    to links libzmq abandoned after a protocol error.
+
+    Its owner feeds it the socket's monitor events (:meth:`event`) and the time
+    (:meth:`tick`, every fraction of a second); ``wanted`` says whether an endpoint is
+    still meant to be connected (a peer that left is not retried).
+    """
+
+    def __init__(
+        self,
+        sock: zmq.Socket[Any],
+        s: Settings,
+        *,
+        wanted: Callable[[str], bool],
+        count: Callable[[str], None] | None = None,
+    ) -> None:
+        self.sock = sock
+        self.backoff = Backoff(maximum=s.reconnect_backoff_max)
+        self._wanted = wanted
+        self._count = count
+        self._waiting: set[str] = set()
+        self._silent: dict[str, float] = {}  # disconnected, no retry seen yet: until when
+        self.failures = 0
+        self.abandoned = 0
+
+    def event(self, event: int, endpoint: str, now: float) -> None:
+        """One monitor event of the socket."""
+        if event == zmq.EVENT_DISCONNECTED:
+            self._silent[endpoint] = now + _RETRY_GRACE
+        elif event in _TRYING:
+            self._silent.pop(endpoint, None)
+        if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            self.backoff.succeeded(endpoint)
+        elif event in HANDSHAKE_FAILED and endpoint not in self._waiting:
+            self.failures += 1
+            if self._count is not None:
+                self._count("handshake_failures")
+            delay = self.backoff.failed(endpoint, now)
+            self._waiting.add(endpoint)
+            self._disconnect(endpoint)
+            log.warning(
+                "handshake with %s failed (wrong CURVE server key, or our key is not "
+                "allowed there?); next try in %.0f s",
+                endpoint,
+                delay,
+            )
+
+    def tick(self, now: float) -> None:
+        """Connect again the endpoints whose back-off is over."""
+        for endpoint, until in list(self._silent.items()):
+            if now < until:
+                continue
+            del self._silent[endpoint]
+            if endpoint in self._waiting or self.sock.closed or not self._wanted(endpoint):
+                continue
+            self.abandoned += 1
+            if self._count is not None:
+                self._count("links_abandoned")
+            delay = self.backoff.failed(endpoint, now)
+            self._waiting.add(endpoint)
+            log.warning(
+                "ZeroMQ gave up on the link to %s after a protocol error (a message over "
+                "max_message_size?); connecting again in %.0f s",
+                endpoint,
+                delay,
+            )
+        for endpoint in self.backoff.due(now):
+            self._waiting.discard(endpoint)
+            if self.sock.closed or not self._wanted(endpoint):
+                self.backoff.forget(endpoint)
+                continue
+            self._disconnect(endpoint)  # one session per endpoint, whoever connected it
+            try:
+                self.sock.connect(endpoint)
+            except zmq.ZMQError as exc:
+                log.debug("reconnect to %s failed: %s", endpoint, exc)
+
+    def _disconnect(self, endpoint: str) -> None:
+        if self.sock.closed:
+            return
+        try:
+            self.sock.disconnect(endpoint)
+        except zmq.ZMQError:
+            pass  # libzmq already dropped it (ZMQ_RECONNECT_STOP)
