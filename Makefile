@@ -12,7 +12,7 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 demo: $(BIN)/.installed
-	$(BIN)/python -m aoz demo
+	$(BIN)/python -m examples.marketdata
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check aoz tests benchmarks examples

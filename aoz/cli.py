@@ -108,12 +108,16 @@ Options are the daemon's own: aoz nsd --help""",
 
   aoz record 'MD.>' --dir recordings                 # until Ctrl-C
 
-  aoz record 'MD.>' 'TRADES.*' --dir rec --duration 60 --type aoz.marketdata:Quote
+  aoz record 'MD.>' 'TRADES.*' --dir rec --duration 60 --type examples.marketdata:Quote
 
 Read it back: spark.read.parquet("recordings") or pyarrow.dataset.dataset("recordings")""",
     "bench": """Examples:
 
   aoz bench --quick                # run from a clone of the aoz repository""",
+    "sidecar": """Examples:
+
+  aoz sidecar --naming tcp://nsd:5756                 # on every Spark host, same port
+  aoz sidecar --probe tcp://127.0.0.1:5758            # health: exit 0 and the counters""",
     "demo": """Examples:
 
   aoz demo""",
@@ -538,9 +542,9 @@ def _run_bench(argv: list[str]) -> int:
 
 
 def _run_demo(argv: list[str]) -> int:
-    from . import demo
+    from ._examples import run_demo
 
-    return int(demo.main(argv) or 0)
+    return run_demo(argv)
 
 
 # ---------------------------------------------------------------- typer application
@@ -840,6 +844,24 @@ def _build_app() -> Any:
                    flush_interval=flush_interval, duration=duration, progress=progress),
             own_signals=True,
         )  # fmt: skip
+
+    @app.command("sidecar", epilog=_EXAMPLES["sidecar"])
+    def _sidecar(
+        bind: Annotated[str, typer.Option("--bind", help="Where Spark tasks hand rows over.")]
+        = "tcp://127.0.0.1:5758",
+        probe: Annotated[
+            str | None, typer.Option("--probe", metavar="ENDPOINT", help="Health-check one.")
+        ] = None,
+        naming: Naming = None,
+        static_bind: StaticBind = None,
+        static_connect: StaticConnect = None,
+        config: Config = None,
+    ) -> None:
+        """The Spark sink's sidecar (aoz.spark.sidecar): prints a ready line, stops on SIGTERM."""
+        from .spark.sidecar import sidecar_main
+
+        conn = _connect_kwargs("sidecar", naming, static_bind, static_connect, config)
+        run(sidecar_main(conn, bind, probe=probe), own_signals=True)
 
     @app.command("bench", epilog=_EXAMPLES["bench"], **passthrough)  # type: ignore[arg-type]
     def _bench(ctx: typer.Context) -> None:

@@ -15,9 +15,9 @@ import time
 import anyio
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+from marketdata import MarketSimulator, Quote, Trade, run_feed  # examples/marketdata
 
 import aoz
-from aoz.marketdata import MarketSimulator, Quote, Trade, run_feed
 from aoz.record import Recorder
 
 DIRECTORY = "recording-example"

@@ -7,7 +7,7 @@
    (blocking) subscriber that drops duplicate deliveries.
 
 This is a synchronous program: the sidecar and the subscriber run their event loops in
-background threads (aoz.spark.sink.sink_sidecar, aoz.BlockingNode).
+background threads (aoz.spark.sidecar.sink_sidecar, aoz.BlockingNode).
 
 Run:  .venv/bin/python examples/pipeline_spark_bars.py
 """
@@ -18,12 +18,13 @@ import tempfile
 from pathlib import Path
 
 import anyio
+from marketdata import Bar, MarketSimulator, Quote, Trade, run_feed  # examples/marketdata
 
 import aoz
-from aoz.marketdata import Bar, MarketSimulator, Quote, Trade, run_feed
 from aoz.record import Recorder
 from aoz.spark import jobs, local_session
-from aoz.spark.sink import CommitNotice, Deduplicator, sink_sidecar
+from aoz.spark.delivery import Deduplicator
+from aoz.spark.sidecar import sink_sidecar
 
 
 async def record(directory: Path, nsd_endpoint: str) -> None:
@@ -62,7 +63,7 @@ def main() -> None:
             aoz.BlockingNode(naming=[nsd_endpoint], program="bars-reader") as reader,
             reader.subscribe("BARS.>") as bars_sub,
         ):
-            stream = jobs.read_recording_stream(spark, str(recording))
+            stream = jobs.read_recording_stream(spark, str(recording), types=[Quote, Trade])
             query = (
                 jobs.ohlcv_bars(jobs.trades(stream))
                 .writeStream.outputMode("complete")
@@ -75,22 +76,17 @@ def main() -> None:
                 .start()
             )
             query.awaitTermination(120)
-            dedup = Deduplicator()
-            while True:  # until the batch's commit notice (published after its rows)
-                msg = bars_sub.next(timeout=30)
-                if msg.subject == "BARS._COMMIT":
-                    notice = msg.decode(CommitNotice)
+            dedup: Deduplicator[aoz.Message] = Deduplicator()
+            while not dedup.statistics().released_batches:  # rows come out on commit
+                for row in dedup.feed(bars_sub.next(timeout=30)):
+                    bar = row.decode(Bar)
                     print(
-                        f"commit: query {notice.query_id} batch {notice.batch_id}, "
-                        f"{notice.rows} rows"
-                    )
-                    break
-                if dedup.accept(msg):
-                    bar = msg.decode(Bar)
-                    print(
-                        f"{msg.subject:10} {bar.start:%H:%M:%S} O {bar.open:8.2f} "
+                        f"{row.subject:10} {bar.start:%H:%M:%S} O {bar.open:8.2f} "
                         f"C {bar.close:8.2f} V {bar.volume:7,} VWAP {bar.vwap:9.3f}"
                     )
+            notice = dedup.last_commit
+            assert notice is not None
+            print(f"commit: query {notice.query_id} batch {notice.batch_id}, {notice.rows} rows")
     finally:
         spark.stop()
 

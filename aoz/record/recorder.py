@@ -9,9 +9,12 @@
 
 How it works. A consumer task per pattern takes messages from its subscription in
 batches and appends them to an in-memory buffer; nothing is decoded on the event loop.
-A flusher task swaps the buffer out every ``flush_rows`` rows or ``flush_interval``
-seconds and, in a worker thread (:func:`anyio.to_thread.run_sync`), decodes the
-payloads, builds one Arrow table per UTC date and writes each to a hidden temporary
+The tasks live in a :class:`aoz._tasks.TaskOwner`, so a recorder opened in one task
+can be closed in another. A flusher task swaps the buffer out every ``flush_rows`` rows
+or ``flush_interval`` seconds and, in a worker thread (:func:`anyio.to_thread.run_sync`),
+decodes the payloads in bulk (one decoder call per codec, one ``pyarrow.array`` per
+column: :func:`aoz.record.schema.build_tables`), builds one Arrow table per UTC date
+and writes each to a hidden temporary
 file that is then renamed into ``<directory>/date=YYYY-MM-DD/`` (see
 :mod:`aoz.record.files`), so readers only ever see complete files. The columns are
 described in :mod:`aoz.record.schema`.
@@ -41,8 +44,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.abc
 import msgspec
 
+from .._tasks import TaskOwner
 from ..errors import AozError, ConfigError, WaitTimeout
 from .files import partition_dir, write_atomically
 from .schema import Column, build_tables, columns_for
@@ -131,7 +136,7 @@ class Recorder:
         self._subs: list[Subscription] = []
         self._buffer: list[Message] = []
         self._writing = 0
-        self._tg: Any = None
+        self._owner: TaskOwner | None = None
         # anyio primitives need a running loop: made in start().
         self._flush_wanted: anyio.Event
         self._room: anyio.Event
@@ -160,7 +165,7 @@ class Recorder:
 
     async def start(self) -> None:
         """Subscribe and start the consumer and flusher tasks."""
-        if self._tg is not None or self._closed:
+        if self._owner is not None or self._closed:
             raise AozError("a recorder can be started once")
         self.directory.mkdir(parents=True, exist_ok=True)
         self._flush_wanted = anyio.Event()
@@ -171,23 +176,25 @@ class Recorder:
         self._progress = anyio.Event()
         self._started = time.monotonic()
         self._subs = [self.node.subscribe(p, queue_size=self.queue_size) for p in self.patterns]
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        self._tg = tg
-        tg.start_soon(self._run_consumers, name="aoz-recorder-consume")
-        tg.start_soon(self._run_flusher, name="aoz-recorder-flush")
+
+        async def setup(tg: anyio.abc.TaskGroup) -> None:
+            tg.start_soon(self._run_consumers, name="aoz-recorder-consume")
+            tg.start_soon(self._run_flusher, name="aoz-recorder-flush")
+
+        self._owner = TaskOwner("aoz-recorder")
+        await self._owner.start(setup)
 
     async def aclose(self) -> None:
-        """Stop, write everything received, and release the subscriptions. Idempotent."""
-        if self._closed or self._tg is None:
+        """Stop, write everything received, and release the subscriptions. Idempotent,
+        and safe from another task than the one that started the recorder."""
+        if self._closed or self._owner is None:
             self._closed = True
             return
         self._closed = True
         self._consumers.cancel()
         self._flusher.cancel()  # a write in progress still completes (shielded)
-        tg, self._tg = self._tg, None
         try:
-            await tg.__aexit__(None, None, None)
+            await self._owner.aclose()
         finally:
             with anyio.CancelScope(shield=True):
                 for sub in self._subs:
@@ -316,7 +323,7 @@ class Recorder:
 
 
 def resolve_types(specs: Iterable[str]) -> list[type[Any]]:
-    """``["aoz.marketdata:Quote", ...]`` -> the classes (for command lines)."""
+    """``["examples.marketdata:Quote", ...]`` -> the classes (for command lines)."""
     import importlib
 
     out: list[type[Any]] = []

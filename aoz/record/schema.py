@@ -40,7 +40,7 @@ An aoz publisher's payloads carry its publisher id and a per-subject sequence nu
 lacks (null for OZ programs' payloads). ``sender``, ``sequence`` and the send time are the
 application's own: the recorder takes them from the payload when it is a msgpack/JSON
 map or an omnm message that has them (the demo feed's
-:class:`~aoz.marketdata.Quote`/:class:`~aoz.marketdata.Trade` carry ``sender``, ``seq`` and
+``Quote``/``Trade`` of ``examples/marketdata`` carry ``sender``, ``seq`` and
 ``ts``) and leaves them null otherwise. Numeric send times are read as seconds since the
 epoch (values above 1e11 as milliseconds, 1e14 microseconds, 1e17 nanoseconds); a msgpack
 timestamp or datetime is taken as is.
@@ -62,19 +62,20 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Sequence
+from operator import attrgetter
 from typing import Any, Final, Literal
 
 import msgspec
 
 from .. import omnm
 from ..errors import DecodeError
-from ..protocol.sequence import parse_header
+from ..protocol.sequence import FLAG, HEADER_LEN
+from ..protocol.sequence import PACK as SEQ_PACK
 
 __all__ = [
     "FIXED_COLUMNS",
     "Column",
     "ColumnKind",
-    "RowBuffer",
     "arrow_schema",
     "build_tables",
     "columns_for",
@@ -141,9 +142,15 @@ def _kind_of(t: msgspec.inspect.Type) -> ColumnKind | None:
 def columns_for(types: Iterable[type[Any]]) -> tuple[Column, ...]:
     """The decoded columns for ``msgspec.Struct`` types: the union of their scalar fields.
 
-    >>> from aoz.marketdata import Quote, Trade
+    >>> class Quote(msgspec.Struct, tag="quote"):
+    ...     symbol: str
+    ...     bid: float
+    ...     seq: int          # feeds the fixed ``sequence`` column, not repeated
+    >>> class Trade(msgspec.Struct, tag="trade"):
+    ...     symbol: str
+    ...     price: float
     >>> [c.name for c in columns_for([Quote, Trade])]
-    ['type', 'symbol', 'venue', 'bid', 'ask', 'bid_size', 'ask_size', 'price', 'size']
+    ['type', 'symbol', 'bid', 'price']
     """
     out: dict[str, Column] = {}
     for tp in types:
@@ -242,17 +249,123 @@ def _convert(kind: ColumnKind, value: object) -> object:
     return _micros(value)
 
 
-class RowBuffer:
-    """Column lists for messages received on one UTC day, appended row by row."""
+_EMPTY: Final[dict[str, object]] = {}
 
-    __slots__ = ("columns", "decoded", "rows")
+
+class _Decoded:
+    """The fields a recording reads from payloads, decoded in bulk (see build_tables)."""
 
     def __init__(self, decoded: Sequence[Column]) -> None:
-        self.decoded = tuple(decoded)
-        self.columns: dict[str, list[object]] = {
-            c.name: [] for c in (*FIXED_COLUMNS, *self.decoded)
-        }
-        self.rows = 0
+        names = [*SENDER_FIELDS, *SEQUENCE_FIELDS, *SEND_TS_FIELDS]
+        names += [c.name for c in decoded if c.name not in names]
+        self.attr = {name: f"f{i}" for i, name in enumerate(names)}
+        fields = [(f"f{i}", Any, None) for i in range(len(names))]
+        rename = {f"f{i}": name for i, name in enumerate(names)}
+        # Any-typed fields: unknown keys are skipped in C, nothing fails validation.
+        self.row = msgspec.defstruct("RecordedFields", fields, rename=rename)
+        self.empty = self.row()
+        self.msgpack = msgspec.msgpack.Decoder(list[self.row])  # type: ignore[name-defined]
+        self.json = msgspec.json.Decoder(list[self.row])  # type: ignore[name-defined]
+        self.one_msgpack = msgspec.msgpack.Decoder(self.row)
+        self.one_json = msgspec.json.Decoder(self.row)
+
+    def decode(self, codec: int, bodies: list[bytes]) -> tuple[list[Any], int]:
+        """Each body's fields (the empty row for a body that is not a map), and errors.
+
+        One decoder call for the whole batch: the bodies are joined into one msgpack
+        array (or JSON list). If that fails, each body is decoded alone, to find the bad
+        ones (counted) and keep the others.
+        """
+        n = len(bodies)
+        try:
+            if codec == 1:
+                rows: list[Any] = self.msgpack.decode(
+                    b"".join((b"\xdd", n.to_bytes(4, "big"), *bodies))
+                )
+            else:
+                rows = self.json.decode(b"[" + b",".join(bodies) + b"]")
+            return rows, 0
+        except (msgspec.DecodeError, ValueError, RecursionError):  # hostile nesting too
+            pass
+        one = self.one_msgpack if codec == 1 else self.one_json
+        out: list[Any] = []
+        errors = 0
+        generic = _MSGPACK if codec == 1 else _JSON
+        for body in bodies:
+            try:
+                out.append(one.decode(body))
+                continue
+            except msgspec.ValidationError:
+                # not a map: well-formed (no fields), or malformed inside what the typed
+                # decoder skipped (deep nesting...): the generic decoder tells them apart
+                try:
+                    generic.decode(body)
+                except (msgspec.DecodeError, ValueError, RecursionError):
+                    errors += 1
+            except (msgspec.DecodeError, ValueError, RecursionError):
+                errors += 1
+            out.append(self.empty)
+        return out, errors
+
+
+_DECODERS: dict[tuple[Column, ...], _Decoded] = {}
+_BYTES: Final = [bytes((i,)) for i in range(256)]
+
+
+def _decoder(decoded: tuple[Column, ...]) -> _Decoded:
+    d = _DECODERS.get(decoded)
+    if d is None:
+        if len(_DECODERS) > 32:
+            _DECODERS.clear()
+        d = _DECODERS[decoded] = _Decoded(decoded)
+    return d
+
+
+def _column(values: list[Any], kind: ColumnKind) -> Any:
+    """An Arrow array of ``kind`` from decoded values: in one pyarrow call when the
+    values' inferred type is the column's (ints also fill a float column), else value by
+    value, wrong types becoming null (pyarrow alone would truncate 1.5 to 1)."""
+    import pyarrow as pa
+
+    typ = _arrow_type(kind)
+    if kind == "timestamp":
+        return pa.array([_micros(v) for v in values], type=typ)
+    try:
+        arr = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        arr = None
+    if arr is not None:
+        if arr.type == typ:
+            return arr
+        if pa.types.is_null(arr.type) or (kind == "float" and arr.type == pa.int64()):
+            return arr.cast(typ)
+    return pa.array([_convert(kind, v) for v in values], type=typ)
+
+
+def _send_micros(values: list[Any]) -> Any:
+    """send_ts column: float/int seconds (or ms, us, ns by magnitude) in bulk."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    typ = pa.timestamp("us", tz="UTC")
+    try:
+        secs = pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        secs = None
+    if secs is None or not (
+        pa.types.is_floating(secs.type) or pa.types.is_integer(secs.type)
+        or pa.types.is_null(secs.type)
+    ):  # fmt: skip
+        return pa.array([_micros(v) for v in values], type=typ)
+    secs = secs.cast(pa.float64())
+    mag = pc.abs(secs)
+    scale = pc.if_else(
+        pc.less(mag, 1e11), 1e6,
+        pc.if_else(pc.less(mag, 1e14), 1e3, pc.if_else(pc.less(mag, 1e17), 1.0, 1e-3)),
+    )  # fmt: skip
+    micros = pc.round(pc.multiply(secs, scale))
+    micros = pc.if_else(pc.is_finite(micros), micros, pa.scalar(None, pa.float64()))
+    return pc.cast(micros, pa.int64()).cast(typ)
 
 
 def build_tables(
@@ -263,64 +376,115 @@ def build_tables(
 
     Returns ``({"YYYY-MM-DD": pyarrow.Table}, decode_errors)``; ``decode_errors`` counts
     msgpack/JSON/omnm payloads that did not parse (their rows are kept, with null fields).
+
+    Vectorised: the payloads of one codec are decoded by one decoder call, each column
+    is taken out with a C-level ``map`` and built by one ``pyarrow.array`` call; Python
+    loops over rows only to pick each row's codec.
     """
     import pyarrow as pa
+    import pyarrow.compute as pc
 
-    by_day: dict[int, RowBuffer] = {}
-    errors = 0
+    rows = list(rows)
     decoded = tuple(decoded)
-    for subject, received_at, payload in rows:
-        day = int(received_at // 86_400)
-        buf = by_day.get(day)
-        if buf is None:
-            buf = by_day[day] = RowBuffer(decoded)
-        cols = buf.columns
-        header = parse_header(payload)
-        if header is not None and header[0] <= 3:  # aoz's sequence header (see below)
-            codec, body = header[0], payload[header[3] :]
-            payload = bytes((codec,)) + body
-        else:
-            header = None
-            codec, body = (payload[0] if payload else 0), payload[1:]
-        fields: Any = None
-        if codec in (1, 2):
-            try:
-                fields = (_MSGPACK if codec == 1 else _JSON).decode(body)
-            except (msgspec.DecodeError, ValueError, RecursionError):  # hostile nesting too
-                errors += 1
-        elif codec == 0x4F:  # OpenMAMA omnm: its fields by name feed the same columns
-            try:
-                fields = omnm.decode(payload).to_dict(plain=True)
-            except DecodeError:
-                errors += 1
-        elif codec > 3:
-            codec = -1
-        if not isinstance(fields, dict):
-            fields = {}
-        sender = fields.get("sender")
-        seq = fields.get("sequence", fields.get("seq"))
-        send = None
-        for name in SEND_TS_FIELDS:
-            if name in fields:
-                send = fields[name]
-                break
-        cols["subject"].append(subject)
-        cols["sender"].append(sender if isinstance(sender, str) and sender else None)
-        cols["sequence"].append(seq if isinstance(seq, int) and not isinstance(seq, bool) else None)
-        cols["send_ts"].append(_micros(send))
-        cols["receive_ts"].append(round(received_at * 1_000_000))
-        cols["publisher"].append(None if header is None else f"{header[1]:016x}")
-        cols["publisher_seq"].append(None if header is None else header[2])
-        cols["codec"].append(codec)
-        cols["payload"].append(payload)
-        for c in decoded:
-            cols[c.name].append(_convert(c.kind, fields.get(c.name)))
-        buf.rows += 1
+    if not rows:
+        return {}, 0
+    subjects, received, payloads = (list(c) for c in zip(*rows, strict=True))
+    dec = _decoder(decoded)
+    # aoz's sequence header (see above): flagged codec byte, publisher id, sequence
+    firsts = [p[0] if p else 0 for p in payloads]
+    starts = [
+        HEADER_LEN if f & FLAG and f & ~FLAG <= 3 and len(p) >= HEADER_LEN else 1
+        for f, p in zip(firsts, payloads, strict=True)
+    ]
+    sequenced = len(starts) - starts.count(1)
+    if sequenced:
+        codecs = [f & ~FLAG if s > 1 else f for f, s in zip(firsts, starts, strict=True)]
+        bodies = [p[s:] for p, s in zip(payloads, starts, strict=True)]
+        heads = [
+            SEQ_PACK.unpack_from(p, 1) if s > 1 else (None, None)
+            for p, s in zip(payloads, starts, strict=True)
+        ]
+        pub_ids, pub_seqs = (list(c) for c in zip(*heads, strict=True))
+        hexes: dict[int | None, str | None] = {
+            i: f"{i:016x}" for i in set(pub_ids) if i is not None
+        }
+        hexes[None] = None
+        publisher = pa.array(list(map(hexes.__getitem__, pub_ids)), type=pa.string())
+        publisher_seq = pa.array(pub_seqs, type=pa.int64())
+        # the payload column keeps the codec byte and the body, not the sequence header
+        payloads = [
+            _BYTES[c] + b if s > 1 else p
+            for c, b, s, p in zip(codecs, bodies, starts, payloads, strict=True)
+        ]
+    else:
+        codecs = firsts
+        bodies = [p[1:] for p in payloads]
+        publisher = pa.nulls(len(rows), type=pa.string())
+        publisher_seq = pa.nulls(len(rows), type=pa.int64())
+    errors = 0
+    if codecs.count(1) == len(rows):  # the common case: one feed, one codec
+        fields, errors = dec.decode(1, bodies)
+    else:
+        fields = [dec.empty] * len(rows)
+        for codec in (1, 2):
+            idx = [i for i, c in enumerate(codecs) if c == codec]
+            if idx:
+                values, bad = dec.decode(codec, [bodies[i] for i in idx])
+                errors += bad
+                for i, v in zip(idx, values, strict=True):
+                    fields[i] = v
+    if 0x4F in codecs:  # OpenMAMA omnm (OZ programs' payloads): fields by name, row by row
+        for i, codec in enumerate(codecs):
+            if codec == 0x4F:
+                try:
+                    named = omnm.decode(payloads[i]).to_dict(plain=True)
+                    fields[i] = msgspec.convert(named, dec.row)
+                except (DecodeError, msgspec.ValidationError):
+                    errors += 1
 
+    def col(name: str) -> list[Any]:
+        return list(map(attrgetter(dec.attr[name]), fields))
+
+    def first(*names: str) -> list[Any]:
+        out = col(names[0])
+        for name in names[1:]:
+            if out.count(None):
+                other = col(name)
+                if other.count(None) != len(other):
+                    out = [a if a is not None else b for a, b in zip(out, other, strict=True)]
+        return out
+
+    sender = _column(col("sender"), "string")
+    sender = pc.if_else(pc.equal(sender, ""), pa.scalar(None, pa.string()), sender)
+    recv = pa.array(received, type=pa.float64())
+    arrays = {
+        "subject": pa.array(subjects, type=pa.string()),
+        "sender": sender,
+        "sequence": _column(first(*SEQUENCE_FIELDS), "int"),
+        "send_ts": _send_micros(first(*SEND_TS_FIELDS)),
+        "receive_ts": pc.cast(pc.round(pc.multiply(recv, 1e6)), pa.int64()).cast(
+            pa.timestamp("us", tz="UTC")
+        ),
+        "publisher": publisher,
+        "publisher_seq": publisher_seq,
+        "codec": pa.array(codecs if max(codecs) <= 3 else [c if c <= 3 or c == 0x4F else -1
+                                                           for c in codecs], type=pa.int64()),
+        "payload": pa.array(payloads, type=pa.binary()),
+    }  # fmt: skip
+    for c in decoded:
+        arrays[c.name] = _column(col(c.name), c.kind)
     schema = arrow_schema(decoded)
-    tables: dict[str, Any] = {}
-    for day, buf in sorted(by_day.items()):
-        date = (_EPOCH + dt.timedelta(days=day)).date().isoformat()
-        arrays = [pa.array(buf.columns[f.name], type=f.type) for f in schema]
-        tables[date] = pa.Table.from_arrays(arrays, schema=schema)
+    table = pa.Table.from_arrays([arrays[f.name] for f in schema], schema=schema)
+    days = [int(t // 86_400) for t in (min(received), max(received))]
+    if days[0] == days[1]:
+        return {_date(days[0]): table}, errors
+    day_of = [int(t // 86_400) for t in received]
+    tables = {}
+    for day in sorted(set(day_of)):
+        mask = pa.array([d == day for d in day_of])
+        tables[_date(day)] = table.filter(mask)
     return tables, errors
+
+
+def _date(day: int) -> str:
+    return (_EPOCH + dt.timedelta(days=day)).date().isoformat()

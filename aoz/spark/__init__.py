@@ -1,27 +1,25 @@
-"""aoz on Spark (the ``aoz[spark]`` extra): a local SparkSession helper, DataFrame jobs over
-recordings, and the ``aoz`` streaming sink. The core package never imports this.
+"""aoz on Spark (the ``aoz[spark]`` extra): a SparkSession helper, DataFrame jobs over
+recordings, the ``aoz`` sink (:mod:`aoz.spark.sink`), its sidecar
+(:mod:`aoz.spark.sidecar`) and exactly-once delivery for consumers
+(:mod:`aoz.spark.delivery`). The core package never imports this.
 
 >>> from aoz.spark import local_session, jobs          # doctest: +SKIP
 >>> spark = local_session()
 >>> jobs.ohlcv_bars(jobs.trades(spark.read.parquet("recordings"))).show()
 
-Batch reading of recordings is Spark's own Parquet reader, ``spark.read.parquet(dir)``;
-streaming reads use :func:`aoz.spark.jobs.read_recording_stream`.
+Consumers of the sink need neither Spark nor Java: :mod:`aoz.spark.delivery` and
+:mod:`aoz.spark.sidecar` import no pyspark; names from :mod:`aoz.spark.sink` are
+loaded on first use.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from . import jobs
+from .delivery import CommitNotice, Deduplicator, SinkEnvelope
 from .session import activate, local_session
-from .sink import (
-    AozDataSource,
-    CommitNotice,
-    Deduplicator,
-    SinkEnvelope,
-    SinkSidecar,
-    register,
-    sink_sidecar,
-)
+from .sidecar import SinkSidecar, probe_sidecar, run_sidecar, sink_sidecar
 
 __all__ = [
     "AozDataSource",
@@ -32,6 +30,16 @@ __all__ = [
     "activate",
     "jobs",
     "local_session",
+    "probe_sidecar",
     "register",
+    "run_sidecar",
     "sink_sidecar",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("AozDataSource", "register"):
+        from . import sink
+
+        return getattr(sink, name)
+    raise AttributeError(f"module 'aoz.spark' has no attribute {name!r}")

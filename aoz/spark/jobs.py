@@ -7,7 +7,7 @@ The same function runs in batch and in Structured Streaming::
     trades = spark.read.parquet("recordings")                    # batch: Spark's own reader
     jobs.ohlcv_bars(jobs.trades(trades)).show()
 
-    stream = jobs.read_recording_stream(spark, "recordings")     # streaming, same schema
+    stream = jobs.read_recording_stream(spark, "recordings", types=[Quote, Trade])
     bars = jobs.ohlcv_bars(jobs.trades(stream), watermark="2 seconds")
     bars.writeStream.format("aoz").option("subject_column", "symbol") ...
 
@@ -16,6 +16,10 @@ Parquet with microsecond UTC timestamps, partitioned by ``date=YYYY-MM-DD``. A s
 read needs the schema up front (:func:`recording_schema`), which
 :func:`read_recording_stream` supplies; it picks up each file when the recorder renames
 it into place.
+
+aoz knows no domain types: the decoded columns come from the ``msgspec.Struct`` types you
+recorded with (``types=``), and every job takes its column names as parameters (the
+defaults are only names, e.g. ``symbol``/``price``/``size``, of no particular feed).
 
 Streaming aggregations take a ``watermark`` (how late an event may be): with append
 output a window's row is emitted once the watermark passes the window's end, so bars
@@ -39,16 +43,9 @@ __all__ = [
 ]
 
 
-def recording_schema(types: Iterable[type[Any]] | None = None) -> str:
-    """The DDL schema of a recording made with these decoded ``types``.
-
-    Defaults to the demo feed's :class:`~aoz.marketdata.Quote` and
-    :class:`~aoz.marketdata.Trade`.
-    """
-    if types is None:
-        from ..marketdata import Quote, Trade
-
-        types = (Quote, Trade)
+def recording_schema(types: Iterable[type[Any]] = ()) -> str:
+    """The DDL schema of a recording made with these decoded ``types`` (the
+    ``types=`` given to the :class:`~aoz.record.Recorder`; none: fixed columns only)."""
     return spark_ddl(columns_for(types))
 
 
@@ -56,7 +53,7 @@ def read_recording_stream(
     spark: Any,
     directory: str,
     *,
-    types: Iterable[type[Any]] | None = None,
+    types: Iterable[type[Any]] = (),
     max_files_per_trigger: int | None = None,
 ) -> Any:
     """``spark.readStream.schema(recording_schema(types)).parquet(directory)``."""
@@ -66,11 +63,14 @@ def read_recording_stream(
     return reader.parquet(directory)
 
 
-def trades(df: Any) -> Any:
-    """The trade rows of a market-data recording (``type == 'trade'`` with a price)."""
+def trades(
+    df: Any, *, type_column: str = "type", kind: str = "trade", price_column: str = "price"
+) -> Any:
+    """Rows whose ``type_column`` is ``kind`` and that have a ``price_column`` value (the
+    trades of a feed that tags its events, like ``msgspec.Struct(tag="trade")``)."""
     from pyspark.sql import functions as F
 
-    return df.where((F.col("type") == "trade") & F.col("price").isNotNull())
+    return df.where((F.col(type_column) == kind) & F.col(price_column).isNotNull())
 
 
 def _with_watermark(df: Any, column: str, watermark: str | None) -> Any:
@@ -156,33 +156,39 @@ def ohlcv_bars(
     window: str = "1 second",
     time_column: str = "send_ts",
     watermark: str | None = None,
+    symbol_column: str = "symbol",
+    price_column: str = "price",
+    size_column: str = "size",
+    sequence_column: str = "sequence",
 ) -> Any:
     """OHLCV bars and VWAP per symbol per ``window`` from trade rows.
 
-    Input columns: ``symbol``, ``price``, ``size``, ``sequence`` and ``time_column``
-    (default the trade's send time). Output: ``symbol, start, end, open, high, low,
-    close, volume, vwap, trades, last_ts``. ``open``/``close`` are the prices of the
+    Input columns (names are parameters): ``symbol_column``, ``price_column``,
+    ``size_column``, ``sequence_column`` and ``time_column`` (default the trade's send
+    time). Output: ``symbol, start, end, open, high, low, close, volume, vwap, trades,
+    last_ts`` (``symbol`` named after ``symbol_column``). ``open``/``close`` are the prices of the
     first/last trade by (time, sequence); ``vwap = sum(price*size) / sum(size)``;
     ``last_ts`` is the last trade's time (consumers measure latency from it).
     """
     from pyspark.sql import functions as F
 
-    order = F.struct(F.col(time_column), F.col("sequence"))
+    price, size = price_column, size_column
+    order = F.struct(F.col(time_column), F.col(sequence_column))
     return (
         _with_watermark(df, time_column, watermark)
-        .groupBy(F.window(time_column, window).alias("window"), F.col("symbol"))
+        .groupBy(F.window(time_column, window).alias("window"), F.col(symbol_column))
         .agg(
-            F.min_by("price", order).alias("open"),
-            F.max("price").alias("high"),
-            F.min("price").alias("low"),
-            F.max_by("price", order).alias("close"),
-            F.sum("size").alias("volume"),
-            (F.sum(F.col("price") * F.col("size")) / F.sum("size")).alias("vwap"),
+            F.min_by(price, order).alias("open"),
+            F.max(price).alias("high"),
+            F.min(price).alias("low"),
+            F.max_by(price, order).alias("close"),
+            F.sum(size).alias("volume"),
+            (F.sum(F.col(price) * F.col(size)) / F.sum(size)).alias("vwap"),
             F.count(F.lit(1)).alias("trades"),
             F.max(time_column).alias("last_ts"),
         )
         .select(
-            "symbol",
+            symbol_column,
             F.col("window.start").alias("start"),
             F.col("window.end").alias("end"),
             "open",

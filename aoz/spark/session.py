@@ -16,12 +16,17 @@ Why each default:
   dates are then UTC too.
 * ``spark.sql.shuffle.partitions`` small (default 2): the default 200 makes every tiny
   streaming micro-batch schedule 200 tasks.
+* ``jvm_log_level`` (e.g. ``"ERROR"``): a log4j2 configuration for the driver JVM given
+  at its launch, so even its start-up lines (default profile, native-hadoop warning)
+  stay quiet; ``setLogLevel`` alone comes too late for those. ``jvm_stderr`` (a file)
+  takes what the JVM itself writes to stderr, for good.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,6 +40,8 @@ def local_session(
     shuffle_partitions: int = 2,
     conf: Mapping[str, str] | None = None,
     register_sink: bool = True,
+    jvm_log_level: str | None = None,
+    jvm_stderr: str | os.PathLike[str] | None = None,
 ) -> Any:
     """Build (or return the running) SparkSession with aoz's defaults.
 
@@ -61,18 +68,54 @@ def local_session(
         settings["spark.driver.host"] = "127.0.0.1"
         settings["spark.driver.bindAddress"] = "127.0.0.1"
     settings["spark.executorEnv.PYSPARK_PYTHON"] = os.environ["PYSPARK_PYTHON"]
+    if jvm_log_level:
+        config = _log4j2_config(jvm_log_level)
+        settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{config}"
     if conf:
         settings.update(conf)
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    if jvm_stderr is None:
+        spark = builder.getOrCreate()
+    else:
+        # The driver JVM inherits file descriptor 2 when it is launched: point it at a
+        # file for the launch only, so the JVM's own lines (module warnings...) go there.
+        saved = os.dup(2)
+        try:
+            with open(jvm_stderr, "ab") as log:
+                os.dup2(log.fileno(), 2)
+            spark = builder.getOrCreate()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+    spark.sparkContext.setLogLevel(jvm_log_level or "ERROR")
     if register_sink:
         from .sink import register
 
         register(spark)
     return spark
+
+
+def _log4j2_config(level: str) -> str:
+    """A log4j2 properties file: everything at ``level`` to stderr, one line each."""
+    text = (
+        f"rootLogger.level = {level.lower()}\n"
+        "rootLogger.appenderRef.stderr.ref = console\n"
+        "appender.console.type = Console\n"
+        "appender.console.name = console\n"
+        "appender.console.target = SYSTEM_ERR\n"
+        "appender.console.layout.type = PatternLayout\n"
+        "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n\n"
+        # pyspark counts as a shell: Spark prints "Setting default log level" unless the
+        # shell's logger is at the root's level
+        "logger.repl.name = org.apache.spark.repl.Main\n"
+        f"logger.repl.level = {level.lower()}\n"
+    )
+    fd, path = tempfile.mkstemp(prefix="aoz-log4j2-", suffix=".properties")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return path
 
 
 def activate(spark: Any) -> None:

@@ -1,141 +1,133 @@
-"""The ``aoz`` Spark sink: publish the rows of a (streaming) DataFrame onto the mesh.
+"""The ``aoz`` Spark sink: publish the rows of a DataFrame (batch or streaming) on the mesh.
 
 ::
 
-    from aoz.spark.sink import sink_sidecar
-
-    with sink_sidecar(naming=["tcp://127.0.0.1:5756"]) as sidecar:   # long-lived node
-        query = (bars.writeStream.format("aoz")
-                 .option("sidecar", sidecar.endpoint)
-                 .option("subject_column", "symbol").option("subject_prefix", "BARS.")
-                 .option("checkpointLocation", "/tmp/ck")
-                 .start())
+    # on every host: aoz sidecar --bind tcp://127.0.0.1:5758 --naming tcp://nsd:5756
+    (bars.writeStream.format("aoz")
+         .option("subject_column", "symbol").option("subject_prefix", "BARS.")
+         .option("checkpointLocation", "/shared/ck/bars")
+         .start())
+    # consumers: aoz.spark.delivery.Deduplicator releases each committed row once
 
 Options: ``subject`` (a fixed subject) or ``subject_column`` (+ ``subject_prefix``),
-``sidecar`` (default ``tcp://127.0.0.1:5758``), ``commit_subject`` (default
+``sidecar`` (default ``tcp://127.0.0.1:5758``; a comma-separated list spreads
+partitions over several sidecars, the first one carries commit notices), ``commit_subject`` (default
 ``<subject or prefix>._COMMIT``), ``codec`` (``msgpack`` or ``json``), ``columns``
-(comma-separated subset to send), ``chunk_rows`` (1000) and ``timeout`` (30 s).
+(comma-separated subset to send), ``chunk_rows`` (2000), ``window`` (chunks in flight,
+4) and ``timeout`` (seconds, default 10: how long a task or the driver waits for the
+sidecar before failing).
 
-Theory of operation
--------------------
-No Spark task ever joins the mesh: joining costs a naming round-trip and a new peer per
-task. Tasks hand rows to a **sidecar**, a long-lived aoz node that listens on a loopback
-ZeroMQ ROUTER socket (:class:`SinkSidecar`, run by the driver in local mode; on a cluster
-run one per host, e.g. ``aoz.spark.sink.serve_sidecar`` under a process manager, and
-point ``sidecar`` at ``tcp://127.0.0.1:<port>``). A task connects a DEALER socket, sends
-its rows in chunks (each row already encoded: subject, codec id, body), then an end
-marker, and waits for the sidecar's acknowledgement. The sidecar handles each
-connection's messages in order and publishes each row before it looks at the next, so
-the acknowledgement means "every row of this task is on the wire". A task whose
-acknowledgement does not come in ``timeout`` seconds fails, and Spark retries it.
+No Spark task joins the mesh. Each task streams Arrow record batches, encodes each row
+(a msgpack or JSON map of the row plus an envelope under ``"_aoz"``: query id, batch id,
+partition, a random 63-bit task-attempt id, row index; one ``map`` over the batch's
+columns, no per-row Python), and hands chunks of rows to the sidecar on its host
+(:mod:`aoz.spark.sidecar`), which frames and publishes them without decoding. The
+sidecar acknowledges a chunk only once every frame is in its node's ZeroMQ queues,
+which never drop (``XPUB_NODROP``: a slow subscriber makes the sidecar wait, and the
+task stops after ``window`` unacknowledged chunks); a task whose acknowledgements do
+not add up to the rows it sent within ``timeout`` fails, so Spark retries it. Before a
+write (and before each streaming commit) the driver probes its sidecar and fails within
+``timeout`` when none answers; ``abort`` probes for at most one second and does not
+wait again. When every task succeeded, the driver publishes a
+:class:`~aoz.spark.delivery.CommitNotice` on the commit subject through its sidecar,
+naming for each partition the committed attempt id and its acknowledged row count; a
+failed batch gets an ``abort`` notice; both carry the query id (from the tasks, or the
+checkpoint's ``metadata`` file when no task succeeded).
 
-When every task of a micro-batch succeeded, Spark calls the writer's ``commit`` on the
-driver; it publishes a :class:`CommitNotice` (query id, batch id, row count) on the
-commit subject through the same sidecar, after all of the batch's rows. Failed batches
-get a notice with ``status="abort"``.
+Why this is exactly-once. Spark delivers at least once and in no promised order: a
+failed task is retried and, after a shuffle, its retry may produce the same rows in
+another order; a speculative or a killed attempt leaves a prefix of its rows on the
+wire; a restarted driver replays the last uncommitted batch with the same batch id but
+new attempts; rows reach the consumer through several sidecars (one per host) whose
+streams are not ordered with respect to each other or to the commit notice. None of
+these matters because rows are never identified by their position: a consumer
+(:class:`~aoz.spark.delivery.Deduplicator`) keys rows by (query, batch, attempt id,
+index), holds them, and when the batch's notice has arrived *and* every committed
+attempt's rows are in (counted against the notice, so a notice that overtakes rows
+from another sidecar simply waits for them), it releases exactly those attempts' rows,
+once, and forgets the batch's other attempts. Attempt ids are random, so no retry,
+replay or restarted driver can reuse one; Spark commits exactly one attempt per
+partition, and the driver publishes the notice only after all tasks were acknowledged,
+so the named rows were all accepted by a sidecar.
 
-Duplicates. Spark delivers at least once: a failed task is retried, and a batch whose
-commit was not recorded is replayed after a restart, with the same batch id. Each row
-therefore carries an envelope under the reserved key ``"_aoz"``::
-
-    {"query_id": <streaming query id, stable across restarts>, "batch_id": <int>,
-     "partition": <int>, "index": <row number within the task>, "attempt": <int>}
-
-``(query_id, batch_id, partition, index)`` names a row; :class:`Deduplicator` drops a
-row it has seen, and any row of a batch already committed. (Replays of a deterministic
-query produce the same rows in the same order, which is what Spark's own exactly-once
-file sink relies on too.) Batch (non-streaming) writes work the same way with a fresh
-``query_id`` per write and ``batch_id`` 0.
-
-Timestamps become timezone-aware UTC datetimes (msgpack timestamps); decode bars with
-``msg.decode(aoz.marketdata.Bar)``.
+What can still go wrong is reported, never silent. Rows the sidecar could not hand to
+ZeroMQ within its ``publish_timeout`` are not acknowledged, so their task fails and
+its attempt is never named. A killed sidecar loses the rows it held, but its tasks then
+miss acknowledgements and fail, and the retry goes through the restarted sidecar; the
+notice names only the retry. A replayed batch (restarted driver, a commit log that was
+lost) gets a second notice that consumers ignore, counting its rows as duplicates. A
+subscriber that loses rows after ZeroMQ took them (its own queue overflowed, or it
+joined late) sees the batch as incomplete: :meth:`Deduplicator.gaps` lists it, and
+``statistics()`` counts duplicates, discarded attempts and evictions.
 """
 
 from __future__ import annotations
 
-import contextlib
-import datetime as dt
+import json
 import logging
+import secrets
+import struct
 import time
 import uuid as uuidlib
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal
+from itertools import repeat
+from pathlib import Path
+from typing import Any, Final, Literal
 
-import anyio
-import anyio.lowlevel
 import msgspec
 import zmq
-import zmq.asyncio
 from pyspark.sql.datasource import (
     DataSource,
-    DataSourceStreamWriter,
-    DataSourceWriter,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
 
 from ..errors import AozError, ConfigError, TransportError, WaitTimeout
 from ..protocol.codecs import Codec
-
-if TYPE_CHECKING:
-    from ..message import Message
-    from ..node import Node
+from .arrow_encode import buffers_of, encode_rows
+from .delivery import (
+    ENVELOPE_KEY,
+    CommitNotice,
+    Deduplicator,
+    SinkEnvelope,
+    commit_notice_of,
+    envelope_of,
+)
+from .sidecar import (
+    ACK,
+    DEFAULT_SIDECAR,
+    NACK,
+    PUBLISH,
+    SidecarStatistics,
+    SinkSidecar,
+    encode_chunk,
+    probe_sidecar,
+    sink_sidecar,
+)
 
 __all__ = [
     "DEFAULT_SIDECAR",
     "AozDataSource",
     "CommitNotice",
     "Deduplicator",
+    "SidecarStatistics",
     "SinkEnvelope",
     "SinkSidecar",
-    "SidecarStatistics",
     "commit_notice_of",
     "commit_subject_for",
     "envelope_of",
     "register",
-    "serve_sidecar",
     "sink_sidecar",
 ]
 
 log = logging.getLogger("aoz.spark")
 
-DEFAULT_SIDECAR: Final = "tcp://127.0.0.1:5758"
-ENVELOPE_KEY: Final = "_aoz"
-
-# Sidecar wire (ZeroMQ multipart, DEALER -> ROUTER):
-#   [b"P", msgpack [[subject, codec_id, body], ...]]   publish these rows, in order
-#   [b"E", token]                                      acknowledge when everything before is out
-#   reply: [b"A", token, msgpack row count published for this connection so far]
-_PUBLISH: Final = b"P"
-_END: Final = b"E"
-_ACK: Final = b"A"
-
-
-class SinkEnvelope(msgspec.Struct, frozen=True):
-    """Where a published row came from; sent under the ``"_aoz"`` key of the row's map."""
-
-    query_id: str
-    batch_id: int
-    partition: int
-    index: int
-    attempt: int = 0
-
-
-class CommitNotice(msgspec.Struct, frozen=True, kw_only=True):
-    """Published on the commit subject after a micro-batch's rows (or when it fails)."""
-
-    query_id: str
-    batch_id: int
-    rows: int
-    tasks: int
-    status: Literal["commit", "abort"] = "commit"
-    at: float = 0.0  #: time.time() of the announcement
-
-
-_ROW_ENC: Final = msgspec.msgpack.Encoder()
-_JSON_ENC: Final = msgspec.json.Encoder()
-_CHUNK_DEC: Final = msgspec.msgpack.Decoder(list[tuple[str, int, bytes]])
+_U64: Final = struct.Struct("!Q")
+_MSGPACK: Final = msgspec.msgpack.Encoder()
+_JSON: Final = msgspec.json.Encoder()
+_ABORT_PROBE: Final = 1.0
 
 
 def commit_subject_for(options: Mapping[str, str]) -> str:
@@ -148,316 +140,80 @@ def commit_subject_for(options: Mapping[str, str]) -> str:
     return f"{base}._COMMIT"
 
 
-# ---------------------------------------------------------------------------- consumers
-class Deduplicator:
-    """Drops rows of a retried or replayed sink batch; feed it every message you receive.
-
-    >>> dedup = Deduplicator()
-    >>> async for msg in node.subscribe("BARS.>"):          # doctest: +SKIP
-    ...     if dedup.accept(msg):
-    ...         handle(msg.decode(Bar))
-    ...     # dedup.last_commit is the newest CommitNotice seen
-
-    ``accept`` returns ``True`` for a row seen for the first time and for messages that
-    are not sink rows; ``False`` for duplicates and for commit notices (which it uses to
-    forget rows of committed batches: those are then rejected by batch id). Memory is
-    bounded by ``max_open_batches`` uncommitted batches.
-    """
-
-    def __init__(self, *, max_open_batches: int = 256) -> None:
-        self.max_open_batches = max_open_batches
-        self.committed: dict[str, int] = {}
-        self.duplicates = 0
-        self.rows = 0
-        self.notices: list[CommitNotice] = []
-        self._seen: OrderedDict[tuple[str, int], set[tuple[int, int]]] = OrderedDict()
-
-    @property
-    def last_commit(self) -> CommitNotice | None:
-        return self.notices[-1] if self.notices else None
-
-    def accept(self, msg: Message) -> bool:
-        """Decide for a received message; see the class docstring."""
-        try:
-            value = msg.decode()
-        except AozError:
-            return True
-        notice = commit_notice_of(value)
-        if notice is not None:
-            self.note_commit(notice)
-            return False
-        return self.accept_row(value)
-
-    def accept_row(self, row: object) -> bool:
-        """Like :meth:`accept` for an already decoded row (a map with an ``_aoz`` entry)."""
-        env = envelope_of(row)
-        if env is None:
-            return True
-        if env.batch_id <= self.committed.get(env.query_id, -1):
-            self.duplicates += 1
-            return False
-        key = (env.query_id, env.batch_id)
-        seen = self._seen.get(key)
-        if seen is None:
-            seen = self._seen[key] = set()
-            while len(self._seen) > self.max_open_batches:
-                self._seen.popitem(last=False)
-        row_key = (env.partition, env.index)
-        if row_key in seen:
-            self.duplicates += 1
-            return False
-        seen.add(row_key)
-        self.rows += 1
-        return True
-
-    def note_commit(self, notice: CommitNotice) -> None:
-        self.notices.append(notice)
-        del self.notices[:-64]
-        if notice.status != "commit" or not notice.query_id:
-            return
-        q = notice.query_id
-        if notice.batch_id > self.committed.get(q, -1):
-            self.committed[q] = notice.batch_id
-        for key in [k for k in self._seen if k[0] == q and k[1] <= notice.batch_id]:
-            del self._seen[key]
-
-
-def commit_notice_of(value: object) -> CommitNotice | None:
-    """The :class:`CommitNotice` a decoded message is, or ``None`` (any commit subject)."""
-    if not isinstance(value, dict) or ENVELOPE_KEY in value:
-        return None
-    if value.get("status") not in ("commit", "abort") or "batch_id" not in value:
-        return None
-    try:
-        return msgspec.convert(value, CommitNotice)
-    except msgspec.ValidationError:
-        return None
-
-
-def envelope_of(row: object) -> SinkEnvelope | None:
-    """The :class:`SinkEnvelope` of a decoded sink row, or ``None``."""
-    if not isinstance(row, dict):
-        return None
-    raw = row.get(ENVELOPE_KEY)
-    if raw is None:
-        return None
-    try:
-        return msgspec.convert(raw, SinkEnvelope)
-    except msgspec.ValidationError:
-        return None
-
-
-# ---------------------------------------------------------------------------- sidecar
-class SidecarStatistics(msgspec.Struct, frozen=True, kw_only=True):
-    rows: int  #: rows published
-    chunks: int
-    acks: int  #: task/commit acknowledgements sent
-    malformed: int  #: messages that were not sidecar protocol
-
-
-class SinkSidecar:
-    """Republishes rows handed over by Spark tasks on ``node``. An async context manager.
-
-    >>> async with SinkSidecar(node) as sidecar:       # doctest: +SKIP
-    ...     query = df.writeStream.format("aoz").option("sidecar", sidecar.endpoint)...
-
-    ``bind`` defaults to an ephemeral loopback port; ``endpoint`` is the bound address.
-    """
-
-    def __init__(self, node: Node, bind: str = "tcp://127.0.0.1:*") -> None:
-        self.node = node
-        self.bind = bind
-        self.endpoint = ""
-        self._ctx: zmq.asyncio.Context | None = None
-        self._sock: zmq.asyncio.Socket | None = None
-        self._tg: Any = None
-        self._rows = 0
-        self._chunks = 0
-        self._acks = 0
-        self._malformed = 0
-        self._per_peer: dict[bytes, int] = {}
-
-    async def __aenter__(self) -> SinkSidecar:
-        ctx = zmq.asyncio.Context()
-        sock = ctx.socket(zmq.ROUTER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RCVHWM, 10_000)
-        try:
-            sock.bind(self.bind)
-        except zmq.ZMQError as exc:
-            sock.close()
-            ctx.term()
-            raise TransportError(f"sink sidecar cannot bind {self.bind}: {exc}") from exc
-        self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._ctx, self._sock = ctx, sock
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        self._tg = tg
-        tg.start_soon(self._serve, name="aoz-sink-sidecar")
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        tg, self._tg = self._tg, None
-        if tg is None:
-            return
-        tg.cancel_scope.cancel()
-        try:
-            await tg.__aexit__(None, None, None)
-        finally:
-            if self._sock is not None:
-                self._sock.close(linger=0)
-            if self._ctx is not None:
-                self._ctx.term()
-            self._sock = self._ctx = None
-
-    async def _serve(self) -> None:
-        sock = self._sock
-        assert sock is not None
-        node = self.node
-        while True:
-            parts = await sock.recv_multipart()
-            if len(parts) != 3:
-                self._malformed += 1
-                continue
-            peer, kind, body = parts
-            if kind == _PUBLISH:
-                try:
-                    rows = _CHUNK_DEC.decode(body)
-                except (msgspec.DecodeError, RecursionError):  # nesting is input too
-                    self._malformed += 1
-                    continue
-                for n, (subject, codec, data) in enumerate(rows, 1):
-                    try:
-                        node.publish_nowait(subject, msgspec.Raw(data), codec=Codec(codec))
-                    except (AozError, ValueError) as exc:
-                        self._malformed += 1
-                        log.warning("sink sidecar: row for %r not published: %s", subject, exc)
-                        continue
-                    if n % 2000 == 0:
-                        await anyio.lowlevel.checkpoint()  # let the node's reader run
-                self._rows += len(rows)
-                self._chunks += 1
-                self._per_peer[peer] = self._per_peer.get(peer, 0) + len(rows)
-            elif kind == _END:
-                count = self._per_peer.pop(peer, 0)
-                await sock.send_multipart([peer, _ACK, body, _ROW_ENC.encode(count)])
-                self._acks += 1
-            else:
-                self._malformed += 1
-
-    def statistics(self) -> SidecarStatistics:
-        return SidecarStatistics(
-            rows=self._rows, chunks=self._chunks, acks=self._acks, malformed=self._malformed
-        )
-
-
-class SidecarHandle:
-    """A sidecar running in a background thread (see :func:`sink_sidecar`)."""
-
-    def __init__(self, sidecar: SinkSidecar, portal: Any) -> None:
-        self._sidecar = sidecar
-        self._portal = portal
-        self.endpoint = sidecar.endpoint
-        self.node_uuid = sidecar.node.uuid
-
-    def statistics(self) -> SidecarStatistics:
-        return self._sidecar.statistics()
-
-
-@contextlib.contextmanager
-def sink_sidecar(bind: str = "tcp://127.0.0.1:*", **settings: Any) -> Iterator[SidecarHandle]:
-    """Run a node and a :class:`SinkSidecar` in a background thread, for synchronous
-    Spark programs. ``settings`` go to :func:`aoz.connect`.
-
-    >>> with sink_sidecar(naming=["tcp://127.0.0.1:5756"]) as sidecar:   # doctest: +SKIP
-    ...     df.writeStream.format("aoz").option("sidecar", sidecar.endpoint)...
-    """
-    from anyio.from_thread import start_blocking_portal
-
-    from ..node import connect
-
-    with (
-        start_blocking_portal() as portal,
-        portal.wrap_async_context_manager(connect(**settings)) as node,
-        portal.wrap_async_context_manager(SinkSidecar(node, bind)) as sidecar,
-    ):
-        yield SidecarHandle(sidecar, portal)
-
-
-async def serve_sidecar(bind: str = DEFAULT_SIDECAR, **settings: Any) -> None:
-    """Run a sidecar until cancelled (one per host on a cluster)."""
-    from ..node import connect
-
-    async with connect(**settings) as node, SinkSidecar(node, bind):
-        await anyio.sleep_forever()
-
-
 # ---------------------------------------------------------------------------- task side
 class _SidecarClient:
-    """A Spark task's connection to the sidecar (blocking; one per task)."""
+    """A task's (or the driver's) connection to its sidecar (blocking)."""
 
-    def __init__(self, endpoint: str, timeout: float) -> None:
+    def __init__(self, endpoint: str, timeout: float, window: int = 4) -> None:
+        self.endpoint = endpoint
         self.timeout = timeout
+        self.window = window
+        self.acked = 0
+        self._seq = 0
+        self._inflight: dict[int, int] = {}
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.DEALER)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.SNDTIMEO, int(timeout * 1000))
-        self._sock.setsockopt(zmq.RCVTIMEO, int(timeout * 1000))
-        self.endpoint = endpoint
         try:
             self._sock.connect(endpoint)
         except zmq.ZMQError as exc:
             self.close()
-            raise TransportError(
-                f"cannot connect to the aoz sink sidecar {endpoint}: {exc}"
-            ) from exc
+            raise TransportError(f"cannot connect to the aoz sink sidecar {endpoint}: {exc}") from (
+                exc
+            )
 
-    def send_rows(self, rows: list[tuple[str, int, bytes]]) -> None:
+    def send(self, chunk: list[bytes], rows: int) -> None:
+        """Hand a chunk (:func:`~aoz.spark.sidecar.encode_chunk`) of ``rows`` rows over;
+        blocks while ``window`` chunks are unacknowledged."""
+        if not rows:
+            return
+        self._seq += 1
+        self._inflight[self._seq] = rows
         try:
-            self._sock.send_multipart([_PUBLISH, _ROW_ENC.encode(rows)])
+            self._sock.send_multipart([PUBLISH, _U64.pack(self._seq), *chunk], copy=False)
         except zmq.Again:
-            raise WaitTimeout(
-                f"the aoz sink sidecar at {self.endpoint} took no rows for {self.timeout} s",
-                timeout=self.timeout,
-            ) from None
+            raise self._timeout("took no rows") from None
+        while len(self._inflight) >= self.window:
+            self._receive()
 
     def finish(self) -> int:
-        """Wait until the sidecar published everything sent; return its row count."""
-        token = uuidlib.uuid4().bytes
-        try:
-            self._sock.send_multipart([_END, token])
-            deadline = time.monotonic() + self.timeout
-            while True:
-                parts = self._sock.recv_multipart()
-                if len(parts) == 3 and parts[0] == _ACK and parts[1] == token:
-                    return int(msgspec.msgpack.decode(parts[2]))
-                if time.monotonic() > deadline:
-                    raise zmq.Again()
-        except zmq.Again:
-            raise WaitTimeout(
-                f"no acknowledgement from the aoz sink sidecar at {self.endpoint} "
-                f"within {self.timeout} s (is it running?)",
-                timeout=self.timeout,
-            ) from None
+        """Wait for every acknowledgement; return the rows the sidecar published."""
+        while self._inflight:
+            self._receive()
+        return self.acked
+
+    def _receive(self) -> None:
+        if not self._sock.poll(int(self.timeout * 1000)):
+            raise self._timeout("acknowledged nothing")
+        parts = self._sock.recv_multipart()
+        if len(parts) < 3 or len(parts[1]) != 8 or len(parts[2]) != 8:
+            raise TransportError(f"aoz sink sidecar at {self.endpoint} sent a malformed reply")
+        seq, n = _U64.unpack(parts[1])[0], _U64.unpack(parts[2])[0]
+        expected = self._inflight.pop(seq, None)
+        if expected is None:
+            raise TransportError(f"aoz sink sidecar at {self.endpoint} sent an unknown chunk {seq}")
+        self.acked += n
+        if parts[0] == NACK:
+            reason = parts[3].decode(errors="replace") if len(parts) > 3 else "?"
+            raise TransportError(
+                f"aoz sink sidecar at {self.endpoint} published {n} of {expected} rows: {reason}"
+            )
+        if parts[0] != ACK or n != expected:
+            raise TransportError(
+                f"aoz sink sidecar at {self.endpoint} acknowledged {n} of {expected} rows"
+            )
+
+    def _timeout(self, what: str) -> WaitTimeout:
+        return WaitTimeout(
+            f"the aoz sink sidecar at {self.endpoint} {what} for {self.timeout} s; is "
+            "`aoz sidecar` running on this host, on that port?",
+            timeout=self.timeout,
+        )
 
     def close(self) -> None:
         self._sock.close(linger=0)
         self._ctx.term()
-
-
-def _plain(value: Any) -> Any:
-    """Spark row values -> values msgpack/JSON encode the same everywhere."""
-    if isinstance(value, dt.datetime):
-        # PySpark hands timestamps over as naive local-time datetimes.
-        return value.astimezone(dt.UTC) if value.tzinfo is None else value
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
 
 
 class _Options:
@@ -468,7 +224,10 @@ class _Options:
         if not self.subject and not self.subject_column:
             raise ConfigError("the aoz sink needs option `subject` or `subject_column`")
         self.commit_subject = commit_subject_for(options)
-        self.sidecar = options.get("sidecar", DEFAULT_SIDECAR)
+        self.sidecars = [e.strip() for e in options.get("sidecar", DEFAULT_SIDECAR).split(",")]
+        if not all(self.sidecars):
+            raise ConfigError("aoz sink: `sidecar` is an endpoint or a comma-separated list")
+        self.sidecar = self.sidecars[0]  # the driver's (commit notices)
         codec = options.get("codec", "msgpack").lower()
         if codec not in ("msgpack", "json"):
             raise ConfigError(f"aoz sink codec must be msgpack or json, not {codec!r}")
@@ -479,11 +238,83 @@ class _Options:
         missing = [c for c in (*self.columns, self.subject_column or names[0]) if c not in names]
         if missing:
             raise ConfigError(f"aoz sink: no column(s) {missing} in {names}")
-        self.chunk_rows = max(1, int(options.get("chunk_rows", "1000")))
-        self.timeout = float(options.get("timeout", "30"))
+        try:
+            self.chunk_rows = max(1, int(options.get("chunk_rows", "2000")))
+            self.window = max(1, int(options.get("window", "4")))
+            self.timeout = float(options.get("timeout", "10"))
+        except ValueError as exc:
+            raise ConfigError(f"aoz sink: {exc}") from None
+        if self.timeout <= 0:
+            raise ConfigError("aoz sink: timeout must be > 0 seconds")
+        self.checkpoint = options.get("checkpointLocation") or options.get("path")
 
     def encode(self, value: object) -> bytes:
-        return _ROW_ENC.encode(value) if self.codec is Codec.MSGPACK else _JSON_ENC.encode(value)
+        return _MSGPACK.encode(value) if self.codec is Codec.MSGPACK else _JSON.encode(value)
+
+
+class _RowEncoder:
+    """Arrow record batches -> sidecar chunks: each row's body (codec byte excluded: the
+    sidecar adds it with the subject's header) and its subject's number."""
+
+    def __init__(self, opts: _Options, env: tuple[str, int, int, int]) -> None:
+        self.opts = opts
+        self.env = env
+        fields = [(f"c{i}", Any) for i in range(len(opts.columns))] + [("aoz_", Any)]
+        rename = {f"c{i}": name for i, name in enumerate(opts.columns)} | {"aoz_": ENVELOPE_KEY}
+        self.row_type = msgspec.defstruct("AozRow", fields, rename=rename)
+        self.encoder = _MSGPACK if opts.codec is Codec.MSGPACK else _JSON
+        self.rows = 0
+
+    def chunk(self, batch: Any) -> tuple[list[bytes], int]:
+        """The chunk parts for ``batch`` and its row count: encoded by Arrow kernels when
+        the column types allow (:mod:`aoz.spark.arrow_encode`), else row by row."""
+        fast = self._vectorised(batch) if self.opts.codec is Codec.MSGPACK else None
+        return fast if fast is not None else self._rowwise(batch)
+
+    def _vectorised(self, batch: Any) -> tuple[list[bytes], int] | None:
+        import pyarrow.compute as pc
+
+        n = batch.num_rows
+        if self.opts.subject_column:
+            values = batch.column(self.opts.subject_column)
+            if values.null_count:
+                return None
+            encoded = pc.dictionary_encode(values)
+            prefix = self.opts.subject_prefix
+            subjects = [f"{prefix}{v}" for v in encoded.dictionary.to_pylist()]
+            if len(subjects) > 65_535:
+                return None
+            index = encoded.indices.to_numpy(zero_copy_only=False).astype("<u2").tobytes()
+        else:
+            subjects, index = [self.opts.subject or ""], bytes(2 * n)
+        q, b, p, t = self.env
+        env = b"\x95" + b"".join(map(_MSGPACK.encode, (q, b, p, t)))
+        bodies = encode_rows(batch, self.opts.columns, ENVELOPE_KEY, env, self.rows)
+        if bodies is None:
+            return None
+        self.rows += n
+        offsets, blob = buffers_of(bodies)
+        table = msgspec.msgpack.encode((int(self.opts.codec), subjects))
+        return [table, index, offsets, blob], n
+
+    def _rowwise(self, batch: Any) -> tuple[list[bytes], int]:
+        n = batch.num_rows
+        q, b, p, t = self.env
+        cols = [batch.column(name).to_pylist() for name in self.opts.columns]
+        envs = zip(repeat(q), repeat(b), repeat(p), repeat(t), range(self.rows, self.rows + n))
+        bodies = list(map(self.encoder.encode, map(self.row_type, *cols, envs)))
+        self.rows += n
+        if self.opts.subject_column:
+            values = batch.column(self.opts.subject_column).to_pylist()
+            numbers: dict[object, int] = {}
+            index = [numbers.setdefault(v, len(numbers)) for v in values]
+            prefix = self.opts.subject_prefix
+            subjects = [f"{prefix}{v}" for v in numbers]
+        else:
+            subjects, index = [self.opts.subject or ""], [0] * n
+        if len(subjects) > 65_535:
+            raise ConfigError("aoz sink: at most 65535 subjects per chunk; lower chunk_rows")
+        return encode_chunk(int(self.opts.codec), subjects, index, bodies), n
 
 
 @dataclass
@@ -491,44 +322,42 @@ class AozCommitMessage(WriterCommitMessage):
     query_id: str
     batch_id: int
     partition: int
-    attempt: int
-    rows: int
+    task: int  #: the attempt's random id (the rows' envelope ``task``)
+    rows: int  #: rows the sidecar acknowledged
 
 
-def _write_rows(
-    opts: _Options, rows: Iterator[Any], query_id: str, batch_id: int
+def _write_batches(
+    opts: _Options, batches: Iterator[Any], query_id: str, batch_id: int
 ) -> AozCommitMessage:
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
     partition = ctx.partitionId() if ctx else 0
-    attempt = ctx.attemptNumber() if ctx else 0
-    client = _SidecarClient(opts.sidecar, opts.timeout)
+    task = secrets.randbits(63)
+    encoder = _RowEncoder(opts, (query_id, batch_id, partition, task))
+    endpoint = opts.sidecars[partition % len(opts.sidecars)]
+    client = _SidecarClient(endpoint, opts.timeout, opts.window)
     try:
-        chunk: list[tuple[str, int, bytes]] = []
-        index = 0
-        for row in rows:
-            d = row.asDict(recursive=True)
-            if opts.subject_column:
-                subject = f"{opts.subject_prefix}{d[opts.subject_column]}"
-            else:
-                subject = opts.subject or ""
-            out = {c: _plain(d[c]) for c in opts.columns}
-            out[ENVELOPE_KEY] = {
-                "query_id": query_id, "batch_id": batch_id, "partition": partition,
-                "index": index, "attempt": attempt,
-            }  # fmt: skip
-            chunk.append((subject, int(opts.codec), opts.encode(out)))
-            index += 1
-            if len(chunk) >= opts.chunk_rows:
-                client.send_rows(chunk)
-                chunk = []
-        if chunk:
-            client.send_rows(chunk)
-        client.finish()
+        for batch in batches:
+            for start in range(0, batch.num_rows, opts.chunk_rows):
+                client.send(*encoder.chunk(batch.slice(start, opts.chunk_rows)))
+        acked = client.finish()
     finally:
         client.close()
-    return AozCommitMessage(query_id, batch_id, partition, attempt, index)
+    if acked != encoder.rows:  # pragma: no cover - _receive checks every chunk
+        raise TransportError(f"aoz sink: sidecar acknowledged {acked} of {encoder.rows} rows")
+    return AozCommitMessage(query_id, batch_id, partition, task, acked)
+
+
+def _checkpoint_query_id(checkpoint: str | None) -> str:
+    """The streaming query id Spark keeps in ``<checkpoint>/metadata`` (driver side)."""
+    if not checkpoint:
+        return ""
+    path = checkpoint.removeprefix("file://").removeprefix("file:")
+    try:
+        return str(json.loads(Path(path, "metadata").read_text()).get("id", ""))
+    except (OSError, ValueError, AttributeError):
+        return ""
 
 
 def _announce(
@@ -536,26 +365,49 @@ def _announce(
     messages: list[WriterCommitMessage | None],
     batch_id: int,
     status: Literal["commit", "abort"],
-    query_id: str = "",
+    query_id: str,
 ) -> None:
     done = [m for m in messages if isinstance(m, AozCommitMessage)]
     notice = CommitNotice(
-        query_id=next((m.query_id for m in done), query_id),
+        query_id=next((m.query_id for m in done if m.query_id), query_id),
         batch_id=batch_id,
         rows=sum(m.rows for m in done),
         tasks=len(done),
+        parts=[(m.partition, m.task, m.rows) for m in done] if status == "commit" else [],
         status=status,
         at=time.time(),
     )
-    client = _SidecarClient(opts.sidecar, opts.timeout)
+    timeout = opts.timeout
+    if status == "abort":
+        # The batch already failed, often because the sidecar is gone: look once, briefly.
+        timeout = min(timeout, _ABORT_PROBE)
+        try:
+            probe_sidecar(opts.sidecar, timeout)
+        except AozError as exc:
+            log.warning("aoz sink: abort notice for batch %s not sent: %s", batch_id, exc)
+            return
+    client = _SidecarClient(opts.sidecar, timeout)
     try:
-        client.send_rows([(opts.commit_subject, int(opts.codec), opts.encode(notice))])
+        chunk = encode_chunk(int(opts.codec), [opts.commit_subject], [0], [opts.encode(notice)])
+        client.send(chunk, 1)
         client.finish()
     finally:
         client.close()
 
 
-class AozStreamWriter(DataSourceStreamWriter):
+def _probe_before_write(opts: _Options) -> None:
+    for endpoint in opts.sidecars:
+        try:
+            probe_sidecar(endpoint, opts.timeout)
+        except WaitTimeout as exc:
+            raise WaitTimeout(
+                f"aoz sink: no sidecar at {endpoint} (waited {opts.timeout} s); start "
+                "`aoz sidecar` on every host (driver and workers) on that address",
+                timeout=opts.timeout,
+            ) from exc
+
+
+class AozStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: Mapping[str, str], schema: Any) -> None:
         self.opts = _Options(options, schema)
 
@@ -565,22 +417,24 @@ class AozStreamWriter(DataSourceStreamWriter):
         ctx = TaskContext.get()
         query_id = (ctx.getLocalProperty("sql.streaming.queryId") if ctx else None) or ""
         batch = (ctx.getLocalProperty("streaming.sql.batchId") if ctx else None) or "-1"
-        return _write_rows(self.opts, iterator, query_id, int(batch))
+        return _write_batches(self.opts, iterator, query_id, int(batch))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        _announce(self.opts, messages, batchId, "commit")
+        query_id = _checkpoint_query_id(self.opts.checkpoint)
+        _announce(self.opts, messages, batchId, "commit", query_id)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        _announce(self.opts, messages, batchId, "abort")
+        query_id = _checkpoint_query_id(self.opts.checkpoint)
+        _announce(self.opts, messages, batchId, "abort", query_id)
 
 
-class AozBatchWriter(DataSourceWriter):
+class AozBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: Mapping[str, str], schema: Any) -> None:
         self.opts = _Options(options, schema)
         self.query_id = f"batch-{uuidlib.uuid4()}"
 
     def write(self, iterator: Iterator[Any]) -> AozCommitMessage:
-        return _write_rows(self.opts, iterator, self.query_id, 0)
+        return _write_batches(self.opts, iterator, self.query_id, 0)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         _announce(self.opts, messages, 0, "commit", self.query_id)
@@ -597,10 +451,14 @@ class AozDataSource(DataSource):
         return "aoz"
 
     def streamWriter(self, schema: Any, overwrite: bool) -> AozStreamWriter:
-        return AozStreamWriter(self.options, schema)
+        writer = AozStreamWriter(self.options, schema)
+        _probe_before_write(writer.opts)
+        return writer
 
     def writer(self, schema: Any, overwrite: bool) -> AozBatchWriter:
-        return AozBatchWriter(self.options, schema)
+        writer = AozBatchWriter(self.options, schema)
+        _probe_before_write(writer.opts)
+        return writer
 
 
 def register(spark: Any) -> None:

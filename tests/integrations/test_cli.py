@@ -285,7 +285,7 @@ def test_without_typer_only_nsd_works(
     assert "naming daemon" in capsys.readouterr().out
 
 
-def test_python_m_aoz_demo_dispatches_to_aoz_demo(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_python_m_aoz_demo_dispatches_to_the_example_demo(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[list[str]] = []
 
     class FakeDemo:
@@ -294,7 +294,6 @@ def test_python_m_aoz_demo_dispatches_to_aoz_demo(monkeypatch: pytest.MonkeyPatc
             calls.append(argv)
             return 7
 
-    monkeypatch.setitem(sys.modules, "aoz.demo", FakeDemo)
-    monkeypatch.setattr(aoz, "demo", FakeDemo, raising=False)
+    monkeypatch.setitem(sys.modules, "examples.marketdata.demo", FakeDemo)
     assert aoz.__main__.main(["demo", "--quick"]) == 7
     assert calls == [["--quick"]]

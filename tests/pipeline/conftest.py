@@ -38,8 +38,8 @@ def spark() -> Iterator[Any]:
 async def record_sample(directory: Path, events: int = SAMPLE_EVENTS) -> int:
     """Publish `events` simulated quotes/trades and record them through a Recorder."""
     import aoz
-    from aoz.marketdata import MarketSimulator, Quote, Trade
     from aoz.record import Recorder
+    from examples.marketdata import MarketSimulator, Quote, Trade
 
     async with (
         aoz.connect(bind=["tcp://127.0.0.1:*"]) as feed,

@@ -1,4 +1,5 @@
-"""The demo end to end, shortened: exit 0, bars came back over the mesh, the chart exists."""
+"""The demo (examples/marketdata, `make demo`) end to end, shortened: exit 0, bars came back
+over the mesh, the chart exists, no JVM start-up noise, status lines not wrapped."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import csv
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,13 +19,17 @@ def test_short_demo_runs_end_to_end(tmp_path):
     pytest.importorskip("pyspark")
     pytest.importorskip("matplotlib")
     out = tmp_path / "demo-output"
-    env = {**os.environ, "COLUMNS": "200"}
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "COLUMNS": "60"}  # narrow: plain lines must still not wrap
     proc = subprocess.run(
-        [sys.executable, "-m", "aoz", "demo", "--duration", "8", "--symbols", "6",
+        [sys.executable, "-m", "examples.marketdata", "--duration", "15", "--symbols", "6",
          "--rate", "500", "--out", str(out)],
-        capture_output=True, text=True, timeout=360, env=env,
+        capture_output=True, text=True, timeout=360, env=env, cwd=root,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for noise in ("log4j", "Setting default log level", "NativeCodeLoader", "incubator"):
+        assert noise not in proc.stdout + proc.stderr
+    assert any(len(line) > 60 and "bars" in line for line in proc.stdout.splitlines())
     assert "end-to-end latency" in proc.stdout
     png = out / "bars_AAPL.png"
     assert png.is_file() and png.read_bytes().startswith(b"\x89PNG")

@@ -18,9 +18,9 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from aoz.marketdata import MarketSimulator, Quote, Trade
 from aoz.record import Recorder, arrow_schema, columns_for
 from aoz.record.schema import build_tables
+from examples.marketdata import MarketSimulator, Quote, Trade
 
 
 def read_all(directory: Path) -> pa.Table:
@@ -148,7 +148,7 @@ async def test_files_are_never_visible_half_written(aoz_node_factory, tmp_path):
 _CHILD = r"""
 import json, sys, anyio
 from aoz.record import record_main
-from aoz.marketdata import Quote, Trade
+from examples.marketdata import Quote, Trade
 stats = anyio.run(lambda: record_main(
     ["MD.>"], sys.argv[2], types=[Quote, Trade], flush_rows=1000, flush_interval=60,
     progress=False, naming=[sys.argv[1]]))

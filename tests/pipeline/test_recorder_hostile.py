@@ -57,16 +57,17 @@ async def test_spark_sink_deduplicator_passes_a_deeply_nested_message_through(
     aoz_node_factory: NodeFactory,
 ) -> None:
     pytest.importorskip("pyspark")
-    from aoz.spark.sink import Deduplicator
+    from aoz.spark.delivery import Deduplicator
 
     feed = await aoz_node_factory()
     node = await aoz_node_factory()
-    dedup = Deduplicator()
+    dedup: Deduplicator[aoz.Message] = Deduplicator()
     async with node.subscribe("SINK.rows") as sub:
         await feed.wait_for_interest("SINK.rows", timeout=10)
         deep = msgspec.Raw(b"\x91" * 1000 + b"\xc0")
         await feed.publish("SINK.rows", deep, codec=aoz.Codec.MSGPACK)
         await feed.publish("SINK.rows", {"plain": "row"})
         bad, good = await sub.next(timeout=10), await sub.next(timeout=10)
-    assert dedup.accept(bad)  # not a sink row as far as anyone can tell: the consumer decides
-    assert dedup.accept(good) and dedup.duplicates == 0
+    assert dedup.feed(bad) == [bad]  # not a sink row as far as anyone can tell: passed on
+    assert dedup.feed(good) == [good]
+    assert dedup.statistics().duplicates == 0 and dedup.statistics().malformed == 0

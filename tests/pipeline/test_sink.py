@@ -1,25 +1,27 @@
-"""The `aoz` Spark sink: rows of a streaming query reach a subscriber, with batch ids, and a
-replayed batch is recognised by the duplicate filter."""
+"""The `aoz` Spark sink on local Spark: rows of a streaming query come out of the
+Deduplicator once, a replayed batch does not; batch writes; failures reported fast."""
 
 from __future__ import annotations
 
 import datetime as dt
-import shutil
+import socket
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from aoz.marketdata import Bar
 from aoz.spark import activate, jobs
-from aoz.spark.sink import CommitNotice, Deduplicator, SinkSidecar, envelope_of
+from aoz.spark.delivery import Deduplicator, envelope_of
+from aoz.spark.sidecar import SinkSidecar
+from examples.marketdata import Bar, Quote, Trade
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def start_bars_query(spark: Any, recording: Path, checkpoint: Path, sidecar: str) -> Any:
-    bars = jobs.ohlcv_bars(jobs.trades(jobs.read_recording_stream(spark, str(recording))))
+    stream = jobs.read_recording_stream(spark, str(recording), types=[Quote, Trade])
+    bars = jobs.ohlcv_bars(jobs.trades(stream))
     return (
         bars.writeStream.outputMode("complete").format("aoz")
         .option("sidecar", sidecar)
@@ -39,16 +41,17 @@ def run_query(spark: Any, recording: Path, checkpoint: Path, sidecar: str) -> No
         query.stop()
 
 
-async def collect_until_commit(sub: Any, batch_id: int) -> tuple[list[Any], CommitNotice]:
-    """Messages up to and including the commit notice of `batch_id` (bounded in time)."""
-    got = []
+async def collect_until_released(
+    sub: Any, dedup: Deduplicator[Any], batches: int
+) -> tuple[list[Any], list[Any]]:
+    """(every message received, rows released) until `batches` batches were released."""
+    got, released = [], []
     with anyio.fail_after(60):
         async for msg in sub:
             got.append(msg)
-            if msg.subject == "BARS._COMMIT":
-                notice = msg.decode(CommitNotice)
-                if notice.batch_id == batch_id:
-                    return got, notice
+            released += dedup.feed(msg)
+            if dedup.statistics().released_batches >= batches:
+                return got, released
     raise AssertionError("subscription ended before the commit notice")
 
 
@@ -59,10 +62,10 @@ async def test_sink_delivers_every_row_and_a_replayed_batch_is_dropped(
         (r["symbol"], r["start"].astimezone(dt.UTC)): r["volume"]
         for r in jobs.ohlcv_bars(jobs.trades(spark.read.parquet(str(recording)))).collect()
     }
-    publisher = await aoz_node_factory()
+    publisher = await aoz_node_factory(send_policy="block")
     consumer = await aoz_node_factory()
     checkpoint = tmp_path / "ck"
-    dedup = Deduplicator()
+    dedup: Deduplicator[Any] = Deduplicator()
     async with SinkSidecar(publisher) as sidecar, consumer.subscribe("BARS.>") as sub:
         await publisher.wait_for_interest("BARS.IBM", timeout=10)
 
@@ -71,60 +74,43 @@ async def test_sink_delivers_every_row_and_a_replayed_batch_is_dropped(
             tg.start_soon(
                 anyio.to_thread.run_sync, run_query, spark, recording, checkpoint, sidecar.endpoint
             )
-            first, notice = await collect_until_commit(sub, 0)
-        rows = [m for m in first if m.subject != "BARS._COMMIT"]
-        assert notice.status == "commit" and notice.rows == len(rows) == len(expected)
+            first, rows = await collect_until_released(sub, dedup, 1)
+        notice = dedup.last_commit
+        assert notice is not None and notice.status == "commit"
+        assert notice.rows == len(rows) == len(expected) == len(first) - 1
         envelopes = [envelope_of(m.decode()) for m in rows]
-        assert all(e is not None for e in envelopes)
         assert {(e.query_id, e.batch_id) for e in envelopes if e} == {(notice.query_id, 0)}
-        assert len({(e.partition, e.index) for e in envelopes if e}) == len(rows)
+        assert len({(e.partition, e.task, e.index) for e in envelopes if e}) == len(rows)
         bars = [m.decode(Bar) for m in rows]
         assert {(b.symbol, b.start): b.volume for b in bars} == expected
         assert all(m.subject == f"BARS.{b.symbol}" for m, b in zip(rows, bars, strict=True))
-        assert [dedup.accept(m) for m in first].count(True) == len(rows)
 
         # Make Spark believe batch 0 never committed: the restarted query replays it with
-        # the same query id and batch id, and republishes every row.
+        # the same query id and batch id, new attempts, and a second notice.
         (checkpoint / "commits" / "0").unlink()
-        shutil.rmtree(checkpoint / "commits" / ".0.crc", ignore_errors=True)
         for crc in (checkpoint / "commits").glob(".0.crc"):
             crc.unlink()
         async with anyio.create_task_group() as tg:
             tg.start_soon(
                 anyio.to_thread.run_sync, run_query, spark, recording, checkpoint, sidecar.endpoint
             )
-            second, notice2 = await collect_until_commit(sub, 0)
-        replay = [m for m in second if m.subject != "BARS._COMMIT"]
-        assert notice2.query_id == notice.query_id and notice2.rows == len(replay) == len(rows)
-        assert [dedup.accept(m) for m in second] == [False] * len(second)
-        assert dedup.duplicates == len(replay)
-        assert dedup.rows == len(rows)
+            second: list[Any] = []
+            with anyio.fail_after(60):
+                while len(dedup.notices) < 2:
+                    msg = await sub.next()
+                    second.append(msg)
+                    assert dedup.feed(msg) == []  # nothing of a replay is released
+        assert dedup.notices[1].query_id == notice.query_id
+        assert dedup.notices[1].batch_id == 0
+        stats = dedup.statistics()
+        assert stats.duplicates == len(second) - 1 == len(rows)
+        assert stats.delivered == len(rows)
         assert sidecar.statistics().malformed == 0
-
-
-def _row(batch: int, partition: int, index: int, query: str = "q") -> dict[str, Any]:
-    return {"x": 1, "_aoz": {"query_id": query, "batch_id": batch, "partition": partition,
-                             "index": index, "attempt": 0}}  # fmt: skip
-
-
-def test_deduplicator_drops_retried_task_rows_and_committed_batches() -> None:
-    d = Deduplicator(max_open_batches=2)
-    assert d.accept_row({"plain": "message"})  # not a sink row: always accepted
-    assert d.accept_row(_row(0, 0, 0)) and d.accept_row(_row(0, 1, 0))
-    assert not d.accept_row(_row(0, 0, 0))  # a retried task re-sends partition 0, row 0
-    assert d.accept_row(_row(0, 0, 0, query="other"))  # another query's batch 0 is distinct
-    d.note_commit(CommitNotice(query_id="q", batch_id=0, rows=2, tasks=2))
-    assert not d.accept_row(_row(0, 7, 7))  # any row of a committed batch is a replay
-    assert d.accept_row(_row(1, 0, 0))
-    d.note_commit(CommitNotice(query_id="q", batch_id=1, rows=0, tasks=1, status="abort"))
-    assert not d.accept_row(_row(1, 0, 0))  # an aborted batch's retry: seen rows dropped
-    assert d.accept_row(_row(1, 0, 1))
-    assert d.duplicates == 3 and d.committed == {"q": 0}
 
 
 async def test_batch_write_with_json_codec(spark, tmp_path, aoz_node_factory):
     """`df.write.format("aoz")` (not streaming): one query id, batch 0, a commit notice."""
-    publisher = await aoz_node_factory()
+    publisher = await aoz_node_factory(send_policy="block")
     consumer = await aoz_node_factory()
     df = spark.createDataFrame([(f"S{i % 3}", i) for i in range(25)], "name STRING, n BIGINT")
 
@@ -140,15 +126,81 @@ async def test_batch_write_with_json_codec(spark, tmp_path, aoz_node_factory):
     async with SinkSidecar(publisher) as sidecar, consumer.subscribe("OUT.>") as sub:
         await publisher.wait_for_interest("OUT.S0", timeout=10)
         await anyio.to_thread.run_sync(write, sidecar.endpoint)
-        rows, notices = [], []
-        with anyio.fail_after(30):
-            while not notices:
-                msg = await sub.next()
-                (notices if msg.subject == "OUT._COMMIT" else rows).append(msg)
+        dedup: Deduplicator[Any] = Deduplicator()
+        _, rows = await collect_until_released(sub, dedup, 1)
     assert all(m.codec.name == "JSON" for m in rows)
     values = [m.decode() for m in rows]
     assert sorted(v["n"] for v in values) == list(range(25))
     assert all(m.subject == f"OUT.{v['name']}" for m, v in zip(rows, values, strict=True))
-    notice = notices[0].decode(CommitNotice)
-    assert notice.rows == 25 and notice.batch_id == 0 and notice.query_id.startswith("batch-")
+    notice = dedup.last_commit
+    assert notice is not None and notice.rows == 25 and notice.batch_id == 0
+    assert notice.query_id.startswith("batch-")
     assert {envelope_of(v).query_id for v in values} == {notice.query_id}
+
+
+def free_endpoint() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_a_missing_sidecar_fails_the_write_with_a_hint(spark) -> None:
+    """No sidecar listening: the driver's probe fails the write before any task runs."""
+    activate(spark)
+    df = spark.createDataFrame([("A", 1)], "name STRING, n BIGINT")
+    with pytest.raises(Exception, match="start `aoz sidecar`") as raised:
+        (
+            df.write.format("aoz").mode("append")
+            .option("sidecar", free_endpoint()).option("timeout", "1")
+            .option("subject_column", "name").option("subject_prefix", "OUT.")
+            .save()
+        )  # fmt: skip
+    assert "no sidecar at" in str(raised.value)
+
+
+async def test_a_failed_streaming_batch_gets_an_abort_notice_with_the_query_id(
+    spark, tmp_path, aoz_node_factory
+):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType
+
+    source = tmp_path / "src"
+    source.mkdir()
+    pq.write_table(pa.table({"name": ["A", "B"], "n": [1, -1]}), source / "part-0.parquet")
+
+    def fail_on_negative(n: int) -> int:
+        if n < 0:
+            raise ValueError("a bad row")
+        return n
+
+    publisher = await aoz_node_factory(send_policy="block")
+    consumer = await aoz_node_factory()
+    async with SinkSidecar(publisher) as sidecar, consumer.subscribe("OUT.>") as sub:
+        await publisher.wait_for_interest("OUT._COMMIT", timeout=10)
+
+        def run() -> str:
+            activate(spark)
+            bad = F.udf(fail_on_negative, LongType())
+            query = (
+                spark.readStream.schema("name STRING, n BIGINT").parquet(str(source))
+                .withColumn("n", bad("n")).writeStream.format("aoz")
+                .option("sidecar", sidecar.endpoint)
+                .option("subject_column", "name").option("subject_prefix", "OUT.")
+                .option("checkpointLocation", str(tmp_path / "ck"))
+                .trigger(availableNow=True).start()
+            )  # fmt: skip
+            with pytest.raises(Exception, match="a bad row"):
+                query.awaitTermination(60)
+            return str(query.id)
+
+        query_id = await anyio.to_thread.run_sync(run)
+        dedup: Deduplicator[Any] = Deduplicator()
+        with anyio.fail_after(30):
+            while dedup.last_commit is None:
+                assert dedup.feed(await sub.next()) == []
+    notice = dedup.last_commit
+    assert notice.status == "abort" and notice.batch_id == 0
+    assert notice.query_id == query_id
+    assert dedup.statistics().delivered == 0

@@ -12,6 +12,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from aoz.spark import jobs
+from examples.marketdata import Quote, Trade
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -65,7 +66,7 @@ def test_batch_bars_equal_plain_python(spark, recording):
 
 
 def test_streaming_bars_equal_batch_bars(spark, recording, tmp_path):
-    stream = jobs.read_recording_stream(spark, str(recording))
+    stream = jobs.read_recording_stream(spark, str(recording), types=[Quote, Trade])
     bars = jobs.ohlcv_bars(jobs.trades(stream))
     query = (
         bars.writeStream.outputMode("complete").format("memory").queryName("bars_stream_test")

@@ -29,7 +29,7 @@ import anyio
 import msgspec
 
 if TYPE_CHECKING:
-    from .node import Node
+    from aoz.node import Node
 
 __all__ = [
     "DEFAULT_SYMBOLS",

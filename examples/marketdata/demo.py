@@ -1,10 +1,10 @@
-"""``python -m aoz demo`` (``make demo``): the whole pipeline on one machine in about a minute.
+"""``make demo`` (``python -m examples.marketdata``): the whole pipeline on one machine.
 
 What runs, all in this process, all on loopback:
 
 1. an embedded naming daemon on an ephemeral port;
 2. a simulated market-data **feed** publishing quotes and trades for a few dozen symbols on
-   ``MD.<venue>.<symbol>`` (:mod:`aoz.marketdata`);
+   ``MD.<venue>.<symbol>`` (:mod:`examples.marketdata.feed`);
 3. **wildcard subscribers**: ``MD.XNYS.*`` (one venue) and ``MD.*.AAPL`` (one symbol);
 4. a **snapshot service** answering ``SNAPSHOT.<symbol>`` requests with the last quote;
 5. the **recorder** writing ``MD.>`` to Parquet under ``<out>/recording``;
@@ -12,14 +12,16 @@ What runs, all in this process, all on loopback:
    1-second OHLCV/VWAP bars per symbol, and publishing them back as ``BARS.<symbol>``
    through the ``aoz`` sink (its sidecar lives on the pipeline node);
 7. a **dashboard** subscribing to ``BARS.>`` (duplicates dropped by
-   :class:`~aoz.spark.sink.Deduplicator`), printing the bars (a rich table in a terminal)
+   :class:`~aoz.spark.delivery.Deduplicator`), printing the bars (a rich table in a terminal)
    and measuring the publish-to-bar latency; at the end it draws one symbol's bars to
    ``<out>/bars_<SYMBOL>.png`` and writes every bar to ``<out>/bars.csv``.
 
 Options: ``--duration`` (seconds of live feed after Spark is up, default 30),
 ``--symbols`` (how many, default 24), ``--out`` (default ``demo-output``), ``--rate``
 (events per second, default 2000), ``--master`` (Spark master, default ``local[2]``).
-Exit status 0 when bars came back and the chart was written.
+Exit status 0 when bars came back and the chart was written; 1 with a hint when no bar
+arrived for the live feed (by 20 s after it stopped: the first micro-batch of a cold
+JVM can take longer than the whole live phase on a busy machine).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from .marketdata import DEFAULT_SYMBOLS, Bar, MarketSimulator, Quote, Trade, decode_event, run_feed
+from .feed import DEFAULT_SYMBOLS, Bar, MarketSimulator, Quote, Trade, decode_event, run_feed
 
 __all__ = ["main"]
 
@@ -52,7 +54,9 @@ TRIGGER = "500 milliseconds"
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m aoz demo", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m examples.marketdata", description=__doc__.split("\n")[0]
+    )
     p.add_argument(
         "--duration",
         type=float,
@@ -211,7 +215,7 @@ async def wildcard_subscribers(node: Any, dash: Dashboard) -> None:
 
 
 async def ask_snapshots(node: Any, dash: Dashboard, symbols: Sequence[str]) -> None:
-    from .errors import RequestError
+    from aoz.errors import RequestError
 
     i = 0
     while True:
@@ -234,34 +238,36 @@ async def ask_snapshots(node: Any, dash: Dashboard, symbols: Sequence[str]) -> N
 
 
 async def bar_consumer(sub: Any, dash: Dashboard) -> None:
-    from .spark.sink import Deduplicator
+    from aoz.spark.delivery import Deduplicator
 
-    dedup = Deduplicator()
+    dedup: Deduplicator[Any] = Deduplicator()
     async for msg in sub:
-        if not dedup.accept(msg):
-            if msg.subject.endswith("._COMMIT"):
-                dash.commits += 1
-            continue
-        try:
-            bar = msg.decode(Bar)
-        except msgspec.ValidationError:
-            continue
-        dash.add_bar(bar, msg.received_at)
+        released = dedup.feed(msg)
+        if msg.subject.endswith("._COMMIT"):
+            dash.commits += 1
+        for row in released:
+            try:
+                bar = row.decode(Bar)
+            except msgspec.ValidationError:
+                continue
+            dash.add_bar(bar, row.received_at)
 
 
 # ------------------------------------------------------------------------ spark
-def _start_spark(master: str) -> Any:
-    from .spark.session import local_session
+def _start_spark(master: str, jvm_log: Path) -> Any:
+    from aoz.spark.session import local_session
 
-    return local_session(master, "aoz-demo", shuffle_partitions=2)
+    return local_session(
+        master, "aoz-demo", shuffle_partitions=2, jvm_log_level="ERROR", jvm_stderr=jvm_log
+    )
 
 
 def _start_query(spark: Any, recording: Path, checkpoint: Path, sidecar: str) -> Any:
-    from .spark import jobs
-    from .spark.session import activate
+    from aoz.spark import jobs
+    from aoz.spark.session import activate
 
     activate(spark)
-    stream = jobs.read_recording_stream(spark, str(recording))
+    stream = jobs.read_recording_stream(spark, str(recording), types=[Quote, Trade])
     bars = jobs.ohlcv_bars(jobs.trades(stream), window=WINDOW, watermark=WATERMARK)
     return (
         bars.writeStream.outputMode("append").format("aoz")
@@ -375,12 +381,13 @@ async def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from .discovery.nsd import NamingDaemon
-    from .node import connect
-    from .record import Recorder
-    from .spark.sink import SinkSidecar
+    from aoz.discovery.nsd import NamingDaemon
+    from aoz.node import connect
+    from aoz.record import Recorder
+    from aoz.spark.sidecar import SinkSidecar
 
-    console = Console()
+    # Off a terminal (a log, CI): plain lines, never wrapped at 80 columns.
+    console = Console(soft_wrap=True, highlight=False)
     out: Path = args.out
     recording, checkpoint = out / "recording", out / "checkpoint"
     symbols = list(DEFAULT_SYMBOLS[: args.symbols])
@@ -403,7 +410,9 @@ async def _run(args: argparse.Namespace) -> int:
 
         async def boot_spark() -> None:
             try:
-                spark_box.append(await anyio.to_thread.run_sync(_start_spark, args.master))
+                spark_box.append(
+                    await anyio.to_thread.run_sync(_start_spark, args.master, out / "spark-jvm.log")
+                )
             except Exception as exc:  # reported below, with the demo's own message
                 spark_error.append(exc)
             finally:
@@ -417,7 +426,9 @@ async def _run(args: argparse.Namespace) -> int:
         naming = [nsd.endpoint]
         feed = await stack.enter_async_context(connect(program="feed", naming=naming))
         services = await stack.enter_async_context(connect(program="services", naming=naming))
-        pipeline = await stack.enter_async_context(connect(program="pipeline", naming=naming))
+        pipeline = await stack.enter_async_context(
+            connect(program="pipeline", naming=naming, send_policy="block")
+        )
         screen = await stack.enter_async_context(connect(program="dashboard", naming=naming))
 
         rec = await stack.enter_async_context(
@@ -487,6 +498,7 @@ async def _run(args: argparse.Namespace) -> int:
 
         echo = not interactive
         spark_failure: str | None = None
+        live_bars = 0
         with main_scope:
             with anyio.move_on_after(args.spark_timeout):
                 await spark_ready.wait()
@@ -517,6 +529,7 @@ async def _run(args: argparse.Namespace) -> int:
                 dash.note("feed stopped; waiting for the last bars", echo)
                 with anyio.move_on_after(20):
                     await dash.wait_for_bar_ending_after(last_send - 2.0)
+                live_bars = len(dash.bars)  # bars of the live feed, up to its last window
         # ---- shutdown, also after Ctrl-C: Spark first, then the mesh (exit stack) ----
         with anyio.CancelScope(shield=True):
             work.cancel_scope.cancel()
@@ -532,6 +545,19 @@ async def _run(args: argparse.Namespace) -> int:
     _report(dash, rec.statistics(), say)
     if spark_failure:
         say(f"[red]Spark query failed: {spark_failure}[/]")
+    if (
+        not live_bars
+        and not spark_failure
+        and not any(n.startswith("interrupted") for n in dash.notes)
+    ):
+        say(
+            f"[red]no bar arrived for the {args.duration:g} s of live feed[/] (nor in the 20 s "
+            "after it): Spark's "
+            "micro-batches did not keep up (a busy machine, or a cluster whose executors "
+            "cannot reach the sidecar). Try a longer --duration (e.g. 60) or a lower --rate, "
+            "and see README 'Running on a Spark cluster'."
+        )
+        return 1
     if chart is None:
         say("[red]no bars arrived, so there is no chart[/]")
         return 130 if any(n.startswith("interrupted") for n in dash.notes) else 1
