@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import secrets
 import socket
 import sys
 import time
 import uuid as uuidlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,7 @@ from .liveness import PeerLinks
 from .message import Message
 from .protocol.builder import FrameBuilder
 from .protocol.codecs import Codec
+from .protocol.frames import publish_subject_end
 from .protocol.subjects import compile_pattern, is_reserved, subject_bytes
 from .requests import ReplyStream, Requests
 from .routing import RoutingTable
@@ -313,6 +315,34 @@ class Node:
         if self._sends_since_yield >= _YIELD_EVERY:
             self._sends_since_yield = 0
             await asyncio.sleep(0)
+
+    async def publish_frames(
+        self, frames: Sequence[bytes], *, timeout: float | None = None
+    ) -> int:
+        """Publish ready-made publish frames, in order; returns how many were sent.
+
+        For bulk forwarders (the Spark sink's sidecar) that build frames themselves with
+        :func:`aoz.protocol.frames.encode_publish`; they go out as they are (no sequence
+        header is added). On a node with ``send_policy="block"`` it waits for room, at
+        most ``timeout`` seconds in all; a frame that is not a publish frame raises
+        :class:`aoz.SubjectError` before anything is sent.
+        """
+        self._check_open()
+        for frame in frames:
+            if publish_subject_end(frame) < 0:
+                raise SubjectError(
+                    f"not a publish frame: {frame[:40]!r}; build frames with "
+                    "aoz.protocol.frames.encode_publish"
+                )
+        sent = 0
+        with anyio.move_on_after(math.inf if timeout is None else timeout):
+            while True:
+                sent = self._plane.send_batch(frames, sent)
+                if sent >= len(frames):
+                    break
+                await self._plane.send_when_ready(frames[sent])
+                sent += 1
+        return sent
 
     async def respond_to(self, handle: str, data: object, codec: Codec | None) -> None:
         """Publish a reply to ``handle`` (what :meth:`Message.respond` calls).

@@ -80,18 +80,11 @@ HEALTH: Final = b"H"
 _U64: Final = struct.Struct("!Q")
 
 
-# pyzmq's Cython send without the Python wrapper of zmq.Socket: a third less per frame,
-# which is most of the sidecar's per-row cost. Same semantics (copy, flags).
-_raw_send: Callable[[zmq.Socket[bytes], bytes, int], Any] = getattr(
-    zmq.backend, "Socket", zmq.Socket
-).send
-
-
 class SidecarStatistics(msgspec.Struct, frozen=True, kw_only=True):
     rows: int  #: frames published
     chunks: int  #: chunks acknowledged in full
     refused: int  #: chunks not (fully) published within publish_timeout (nacked)
-    waits: int  #: times a full subscriber queue made the sidecar wait
+    waits: int  #: publishes of the node that waited for a full subscriber queue
     malformed: int  #: messages or frames that were not sidecar protocol (dropped)
     node_uuid: str = ""
     endpoint: str = ""
@@ -162,18 +155,13 @@ def decode_chunk(parts: list[bytes], headers: dict[str, bytes]) -> list[bytes]:
     return [heads[i] + blob[a:b] for i, a, b in zip(index, offsets, offsets[1:], strict=False)]
 
 
-def _data_socket(node: Node) -> zmq.Socket[bytes]:
-    # The node's XPUB data socket, from its data plane: the sidecar sends the frames it
-    # built on it directly (one C call per row; the plane's send adds a Python layer).
+def _check_lossless(node: Node) -> None:
     if node.settings.send_policy != "block":
         raise ConfigError(
             "the sink sidecar needs a lossless node: aoz.connect(send_policy='block', ...)"
         )
-    plane = getattr(node, "_plane", None)
-    sock = getattr(plane, "_pub", None) if plane is not None else getattr(node, "_pub", None)
-    if sock is None or sock.closed:
-        raise TransportError("the sidecar's node is not started; use `async with aoz.connect()`")
-    return sock  # type: ignore[no-any-return]
+    if node.closed:
+        raise TransportError("the sidecar's node is closed; use `async with aoz.connect()`")
 
 
 class SinkSidecar:
@@ -201,7 +189,7 @@ class SinkSidecar:
         self._ctx: zmq.asyncio.Context | None = None
         self._sock: zmq.asyncio.Socket | None = None
         self._owner = TaskOwner("aoz-sink-sidecar")
-        self._rows = self._chunks = self._refused = self._waits = self._malformed = 0
+        self._rows = self._chunks = self._refused = self._malformed = 0
         self._headers: dict[str, bytes] = {}
 
     async def __aenter__(self) -> SinkSidecar:
@@ -213,7 +201,7 @@ class SinkSidecar:
 
     async def start(self) -> None:
         """Bind and start serving (returns once the socket is bound)."""
-        pub = _data_socket(self.node)
+        _check_lossless(self.node)
         ctx = zmq.asyncio.Context()
         sock = ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
@@ -230,7 +218,7 @@ class SinkSidecar:
         self._ctx, self._sock = ctx, sock
 
         async def setup(tg: anyio.abc.TaskGroup) -> None:
-            tg.start_soon(self._serve, pub, sock, name="aoz-sink-sidecar")
+            tg.start_soon(self._serve, sock, name="aoz-sink-sidecar")
 
         await self._owner.start(setup)
 
@@ -243,7 +231,7 @@ class SinkSidecar:
         if ctx is not None:
             ctx.term()
 
-    async def _serve(self, pub: zmq.Socket[bytes], sock: zmq.asyncio.Socket) -> None:
+    async def _serve(self, sock: zmq.asyncio.Socket) -> None:
         while True:
             parts = await sock.recv_multipart()
             if len(parts) < 3:
@@ -258,7 +246,7 @@ class SinkSidecar:
                     self._malformed += 1
                     sent, reason = 0, str(exc)
                 else:
-                    sent, reason = await self._publish(pub, frames)
+                    sent, reason = await self._publish(frames)
                 if reason is None:
                     self._chunks += 1
                     await sock.send_multipart([peer, ACK, seq, _U64.pack(sent)])
@@ -271,35 +259,22 @@ class SinkSidecar:
             else:
                 self._malformed += 1
 
-    async def _publish(self, pub: zmq.Socket[bytes], frames: list[bytes]) -> tuple[int, str | None]:
-        sent = 0
-        deadline = 0.0
-        nb = zmq.NOBLOCK
-        for frame in frames:
-            while True:
-                try:
-                    _raw_send(pub, frame, nb)
-                    break
-                except zmq.Again:
-                    # a subscriber is send_hwm frames behind: wait for it, boundedly
-                    now = time.monotonic()
-                    if not deadline:
-                        deadline = now + self.publish_timeout
-                    elif now > deadline:
-                        self._rows += sent
-                        return sent, f"subscribers did not keep up for {self.publish_timeout} s"
-                    self._waits += 1
-                    await anyio.sleep(0.002)
-                except zmq.ZMQError as exc:
-                    self._rows += sent
-                    return sent, f"publish failed: {exc}"
-            sent += 1
+    async def _publish(self, frames: list[bytes]) -> tuple[int, str | None]:
+        # The node's send path for prebuilt frames: one C call per frame, and on a full
+        # subscriber queue it waits for room (never drops), at most publish_timeout.
+        try:
+            sent = await self.node.publish_frames(frames, timeout=self.publish_timeout)
+        except AozError as exc:
+            return 0, f"publish failed: {exc}"
         self._rows += sent
+        if sent < len(frames):
+            return sent, f"subscribers did not keep up for {self.publish_timeout} s"
         return sent, None
 
     def statistics(self) -> SidecarStatistics:
         return SidecarStatistics(
-            rows=self._rows, chunks=self._chunks, refused=self._refused, waits=self._waits,
+            rows=self._rows, chunks=self._chunks, refused=self._refused,
+            waits=self.node.statistics().blocked_sends,
             malformed=self._malformed, node_uuid=self.node.uuid, endpoint=self.endpoint,
         )  # fmt: skip
 
