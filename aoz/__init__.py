@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from . import queues
+from . import omnm, queues
 from .blocking import BlockingNode, BlockingSubscription
 from .config import Settings, load_settings
 from .discovery.peers import Peer, PeerEvent
@@ -39,7 +39,7 @@ from .errors import (
 )
 from .message import Message
 from .node import Node, NodeStatistics, ReplyStream, connect
-from .protocol.codecs import Codec
+from .protocol.codecs import Codec, Verbatim
 from .protocol.frames import Kind
 from .services import Service, call, check_reply, serve, wait_for_service
 from .subscription import Subscription, SubscriptionStatistics
@@ -111,6 +111,7 @@ __all__ = [
     "Subscription",
     "SubscriptionStatistics",
     "TransportError",
+    "Verbatim",
     "WaitTimeout",
     "WouldBlock",
     "__version__",
@@ -119,6 +120,7 @@ __all__ = [
     "connect",
     "load_settings",
     "queues",
+    "omnm",
     "serve",
     "wait_for_service",
 ]

@@ -92,8 +92,9 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     send_policy: SendPolicy = "drop"
     #: number publications per subject, so subscribers detect and count losses exactly
     sequence: bool = True
-    #: codec used for payloads that are not bytes/str: ``msgpack`` or ``json``
-    default_codec: Literal["msgpack", "json"] = "msgpack"
+    #: codec used for payloads that are not bytes/str: ``msgpack``, ``json`` or ``omnm``
+    #: (OpenMAMA's format, OZ's default: dicts then reach OZ programs as omnm messages)
+    default_codec: Literal["msgpack", "json", "omnm"] = "msgpack"
     #: on close, how long queued outgoing messages may take to leave, seconds
     linger: float = 1.0
     #: CURVE on the data plane (see aoz.security): the mesh's server keypair, this

@@ -12,7 +12,7 @@ from typing import Any, Protocol, TypeVar, overload
 import msgspec
 
 from .errors import AozError
-from .protocol.codecs import Codec, decode_payload, split_payload
+from .protocol.codecs import AOZ_CODEC_IDS, Codec, decode_payload, split_payload
 from .protocol.frames import Kind
 from .protocol.sequence import FLAG, HEADER_LEN, PACK
 
@@ -27,7 +27,7 @@ class Responder(Protocol):
 
 
 # payload ids below this are aoz codecs (see aoz.protocol.codecs.Codec)
-_KNOWN_IDS = Codec.TEXT + 1
+_KNOWN_IDS = AOZ_CODEC_IDS  # omnm ('O') and foreign payloads have no aoz byte
 
 
 class Message(msgspec.Struct, repr_omit_defaults=True, eq=False):
@@ -90,7 +90,7 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False):
 
     @property
     def data(self) -> bytes:
-        """The payload without aoz's header (the whole payload for unknown codecs)."""
+        """The payload without aoz's header (whole for omnm and foreign payloads)."""
         f, st = self._frame, self._start
         if len(f) > st:
             first = f[st]

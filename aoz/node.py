@@ -128,7 +128,7 @@ class Node:
         self._driver: Driver | None = None
         self._peer_hub = PeerEventHub()
         self._frames = FrameBuilder(
-            Codec.JSON if s.default_codec == "json" else Codec.MSGPACK,
+            Codec[s.default_codec.upper()],  # MSGPACK, JSON or OMNM
             publisher=secrets.randbits(64) if s.sequence else None,
         )
         self._blocking = s.send_policy == "block"

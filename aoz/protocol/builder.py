@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 
 from ..errors import SubjectError
-from .codecs import Codec, encode_payload
+from .codecs import Codec, Verbatim, encode_payload
 from .frames import encode_reply, encode_request, publish_header
 from .sequence import FLAG
 from .subjects import is_reserved, subject_bytes
@@ -98,7 +98,7 @@ class FrameBuilder:
             return e.prefix + _U32(e.seq & _SEQ_WRAP) + data
         seq = e.seq & _SEQ_WRAP
         body = encode_payload(data, codec, default=self.default_codec)
-        if not body or body[0] & FLAG or body[0] >= _AOZ_CODECS:
+        if not body or body[0] & FLAG or body[0] >= _AOZ_CODECS or type(data) is Verbatim:
             e.seq -= 1  # a foreign payload (omnm...) goes out as it is
             return e.header + body
         return b"".join((e.header, bytes((body[0] | FLAG,)), self._pid, _U32(seq), body[1:]))

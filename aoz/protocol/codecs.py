@@ -7,7 +7,13 @@ id     codec          chosen by :func:`encode_payload` for
 0x01   ``MSGPACK``    anything else (the default), via msgspec
 0x02   ``JSON``       ``codec=Codec.JSON`` (or ``default=Codec.JSON``)
 0x03   ``TEXT``       ``str`` (UTF-8)
+``O``  ``OMNM``       an :class:`aoz.omnm.Message` (or ``codec=Codec.OMNM``)
 =====  =============  ===============================================
+
+OMNM payloads are OpenMAMA's own format, as OZ programs send it: the ``'O'`` that starts
+every omnm message is its payload id, so aoz adds no byte of its own and OZ programs
+read the payload as they read each other's. :class:`Verbatim` bytes are sent exactly as
+given (any other OpenMAMA payload bridge's bytes).
 
 An empty payload is raw and empty. A payload whose first byte is none of these (an OZ
 peer's own payload, say) is :attr:`Codec.UNKNOWN` and is delivered whole, as raw bytes:
@@ -26,17 +32,21 @@ least one byte) and one pass over the containers of larger untyped values.
 
 from __future__ import annotations
 
+import datetime
 import enum
 from typing import Any, Final, TypeVar
 
 import msgspec
 
+from .. import omnm
 from ..errors import DecodeError, EncodeError
 
 __all__ = [
+    "AOZ_CODEC_IDS",
     "MAX_BODY",
     "MAX_DEPTH",
     "Codec",
+    "Verbatim",
     "check_depth",
     "decode_payload",
     "encode_payload",
@@ -59,6 +69,25 @@ class Codec(enum.IntEnum):
     MSGPACK = 1
     JSON = 2
     TEXT = 3
+    OMNM = 0x4F  # 'O': OpenMAMA's omnm payload, which carries its own id byte
+
+
+#: payload first bytes below this are aoz's codec byte (stripped by ``msg.data``)
+AOZ_CODEC_IDS: Final = 4
+
+
+class Verbatim(bytes):
+    """Payload bytes sent exactly as given, with no aoz codec byte.
+
+    For payloads in another OpenMAMA payload bridge's format (or anything a foreign
+    program expects byte for byte). Receivers that are aoz nodes see them by their
+    first byte: ``'O'`` decodes as omnm, 0x00-0x03 as aoz codecs, others as raw bytes.
+
+    >>> encode_payload(Verbatim(b"Jqpid..."))
+    b'Jqpid...'
+    """
+
+    __slots__ = ()
 
 
 _ID_RAW: Final = b"\x00"
@@ -81,10 +110,12 @@ _typed: dict[tuple[Codec, Any], msgspec.msgpack.Decoder[Any] | msgspec.json.Deco
 def _as_codec(codec: object, what: str) -> Codec:
     if isinstance(codec, Codec):
         return codec
+    if isinstance(codec, str) and codec.upper() in Codec.__members__:
+        return Codec[codec.upper()]  # "omnm", "json"... as in Settings.default_codec
     try:
         return Codec(codec)  # type: ignore[arg-type]
     except (ValueError, TypeError):
-        names = ", ".join(c.name for c in _BY_ID)
+        names = ", ".join(c.name for c in (*_BY_ID, Codec.OMNM))
         raise EncodeError(f"{what} {codec!r} is not a payload codec; use one of {names}") from None
 
 
@@ -102,6 +133,10 @@ def encode_payload(
     (b'\\x00hi', b'\\x03hi', b'\\x01\\x81\\xa1a\\x01')
     """
     if codec is None:
+        if type(data) is Verbatim:
+            return bytes(data)
+        if isinstance(data, omnm.Message):
+            return omnm.encode(data)
         if isinstance(data, bytes):
             return _ID_RAW + data
         if isinstance(data, str):
@@ -113,6 +148,8 @@ def encode_payload(
         codec = _as_codec(codec, "codec")
     if codec is Codec.MSGPACK:
         return _ID_MSGPACK + _encode_msgspec(_MSGPACK_ENC, data, "msgpack")
+    if codec is Codec.OMNM:
+        return _encode_omnm(data)
     if codec is Codec.JSON:
         return _ID_JSON + _encode_msgspec(_JSON_ENC, data, "JSON")
     if codec is Codec.RAW:
@@ -130,9 +167,44 @@ def encode_payload(
             )
         return _ID_TEXT + _encode_text(data)
     raise EncodeError(
-        f"cannot encode with codec {codec.name}; use RAW, MSGPACK, JSON or TEXT "
-        "(UNKNOWN only describes payloads received from others)"
+        f"cannot encode with codec {codec.name}; use RAW, MSGPACK, JSON, TEXT or OMNM "
+        "(UNKNOWN only describes payloads received from others; send those as Verbatim)"
     )
+
+
+_OMNM_PASSTHROUGH: Final = (bytes, bytearray, memoryview, datetime.datetime, omnm.Time,
+                            omnm.Price, omnm.Message, omnm.Typed)
+
+
+def _encode_omnm(data: object) -> bytes:
+    """An omnm payload (no aoz byte: its ``'O'`` is the id) for a Message, dict or Fields.
+
+    Already-encoded omnm bytes are checked and sent as they are; a ``msgspec.Struct`` or
+    dataclass is sent as the dict of its fields.
+    """
+    if isinstance(data, omnm.Message | dict):
+        return omnm.encode(data)
+    if isinstance(data, bytes | bytearray | memoryview):
+        try:
+            omnm.decode(data)
+        except DecodeError as exc:
+            raise EncodeError(
+                f"these bytes are not an omnm message ({exc}); send foreign bytes as "
+                "aoz.Verbatim(data)"
+            ) from None
+        return bytes(data)
+    if isinstance(data, list | tuple) and all(isinstance(f, omnm.Field) for f in data):
+        return omnm.encode(data)
+    try:
+        plain = msgspec.to_builtins(data, builtin_types=_OMNM_PASSTHROUGH)
+    except (TypeError, ValueError) as exc:
+        raise EncodeError(f"cannot encode a {type(data).__name__} as omnm: {exc}") from None
+    if not isinstance(plain, dict):
+        raise EncodeError(
+            f"an omnm payload is a message of named fields; got a {type(data).__name__}: "
+            "send an omnm.Message, a dict, a msgspec.Struct or a dataclass"
+        )
+    return omnm.encode(plain)
 
 
 def _encode_text(data: str) -> bytes:
@@ -171,6 +243,8 @@ def split_payload(payload: bytes) -> tuple[Codec, bytes]:
     first = payload[0]
     if first < 4:
         return _BY_ID[first], payload[1:]
+    if first == 0x4F:
+        return Codec.OMNM, payload  # omnm's own header starts with the 'O'
     return Codec.UNKNOWN, payload
 
 
@@ -258,6 +332,8 @@ def decode_payload(codec: Codec, body: bytes, type: type[T] | None = None) -> An
             f"the payload is text (codec TEXT); it decodes to str, not {_type_name(type)}",
             what="payload",
         )
+    if codec is Codec.OMNM:
+        return _decode_omnm(body, type)
     if codec is Codec.RAW or codec is Codec.UNKNOWN:
         if type is None or type is bytes:
             return bytes(body)
@@ -267,6 +343,24 @@ def decode_payload(codec: Codec, body: bytes, type: type[T] | None = None) -> An
             what="payload",
         )
     raise DecodeError(f"{codec!r} is not a payload codec", what="payload")
+
+
+def _decode_omnm(body: bytes, type: Any) -> Any:
+    """omnm bytes as an :class:`aoz.omnm.Message`, ``bytes``, ``dict`` or a msgspec type."""
+    if type is bytes:
+        return bytes(body)
+    message = omnm.decode(body)
+    if type is None or type is omnm.Message:
+        return message
+    if type is dict:
+        return message.to_dict()
+    try:
+        # TIME -> datetime and PRICE -> float, as a Struct's annotations expect them
+        return msgspec.convert(message.to_dict(plain=True), type, strict=False)
+    except (msgspec.ValidationError, TypeError) as exc:
+        raise DecodeError(
+            f"omnm payload does not fit {_type_name(type)}: {exc}", what="payload"
+        ) from None
 
 
 def _type_name(t: object) -> str:

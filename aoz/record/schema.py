@@ -2,6 +2,24 @@
 
 One row per message. Fixed columns, always present:
 
+column          Arrow type                      filled from
+==============  ==============================  =========================================
+``subject``     string                          the message's subject
+``sender``      string, nullable                decoded field ``sender``
+``sequence``    int64, nullable                 decoded field ``sequence`` or ``seq``
+``send_ts``     timestamp[us, UTC], nullable    decoded field ``send_ts``, ``ts`` or ``sent_at``
+``receive_ts``  timestamp[us, UTC]              ``msg.received_at`` (the recorder's clock)
+``codec``       int64                           the payload's codec id (79 omnm, -1 foreign)
+``payload``     binary                          the payload as on the wire, codec byte included
+==============  ==============================  =========================================
+
+aoz's wire frame carries no sender, sequence number or send time, so the recorder takes
+them from the payload when it is a msgpack/JSON map or an omnm message that has them
+(the demo feed's :class:`~aoz.marketdata.Quote`/:class:`~aoz.marketdata.Trade` carry
+``sender``, ``seq`` and ``ts``) and leaves them null otherwise. Numeric send times are
+read as seconds since the epoch (values above 1e11 as milliseconds, 1e14 microseconds,
+1e17 nanoseconds); a msgpack timestamp or datetime is taken as is.
+=======
 ===================  ============================  ================================================
 column               Arrow type                    filled from
 ===================  ============================  ================================================
@@ -12,7 +30,7 @@ column               Arrow type                    filled from
 ``receive_ts``       timestamp[us, UTC]            ``msg.received_at`` (the recorder's clock)
 ``publisher``        string, nullable              aoz's sequence header: publisher id (16 hex)
 ``publisher_seq``    int64, nullable               aoz's sequence header: number on the subject
-``codec``            int64                         the payload's codec id (-1 for foreign payloads)
+``codec``            int64                         the payload's codec id (79 omnm, -1 foreign)
 ``payload``          binary                        the codec byte and the body (no sequence header)
 ===================  ============================  ================================================
 
@@ -21,7 +39,7 @@ An aoz publisher's payloads carry its publisher id and a per-subject sequence nu
 ``publisher_seq`` within one (``subject``, ``publisher``) is a message the recording
 lacks (null for OZ programs' payloads). ``sender``, ``sequence`` and the send time are the
 application's own: the recorder takes them from the payload when it is a msgpack/JSON
-map that has them (the demo feed's
+map or an omnm message that has them (the demo feed's
 ``Quote``/``Trade`` of ``examples/marketdata`` carry ``sender``, ``seq`` and
 ``ts``) and leaves them null otherwise. Numeric send times are read as seconds since the
 epoch (values above 1e11 as milliseconds, 1e14 microseconds, 1e17 nanoseconds); a msgpack
@@ -30,6 +48,9 @@ timestamp or datetime is taken as is.
 Decoded columns come after the fixed ones, one per field of the ``msgspec.Struct`` types
 given to the recorder (their union, in declaration order; a tagged struct adds its tag
 field, e.g. ``type``). A value of the wrong type, or a field the message lacks, is null.
+omnm messages (OZ programs' payloads) fill the same columns by field name (the first
+field of a name wins; TIME as a timestamp, PRICE as its value), so a Struct that
+describes an OZ feed's fields gives Spark typed columns for it.
 Fields that feed the fixed columns (``sender``, ``seq``...) are not repeated.
 
 Timestamps are microseconds with a UTC zone: Spark cannot read pyarrow's default
@@ -46,6 +67,8 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from .. import omnm
+from ..errors import DecodeError
 from ..protocol.sequence import FLAG, HEADER_LEN
 from ..protocol.sequence import PACK as SEQ_PACK
 
@@ -352,7 +375,7 @@ def build_tables(
     """Turn ``(subject, received_at, payload)`` rows into one Arrow table per UTC date.
 
     Returns ``({"YYYY-MM-DD": pyarrow.Table}, decode_errors)``; ``decode_errors`` counts
-    msgpack/JSON payloads that did not parse (their rows are kept, with null fields).
+    msgpack/JSON/omnm payloads that did not parse (their rows are kept, with null fields).
 
     Vectorised: the payloads of one codec are decoded by one decoder call, each column
     is taken out with a C-level ``map`` and built by one ``pyarrow.array`` call; Python
@@ -410,6 +433,14 @@ def build_tables(
                 errors += bad
                 for i, v in zip(idx, values, strict=True):
                     fields[i] = v
+    if 0x4F in codecs:  # OpenMAMA omnm (OZ programs' payloads): fields by name, row by row
+        for i, codec in enumerate(codecs):
+            if codec == 0x4F:
+                try:
+                    named = omnm.decode(payloads[i]).to_dict(plain=True)
+                    fields[i] = msgspec.convert(named, dec.row)
+                except (DecodeError, msgspec.ValidationError):
+                    errors += 1
 
     def col(name: str) -> list[Any]:
         return list(map(attrgetter(dec.attr[name]), fields))
@@ -436,8 +467,8 @@ def build_tables(
         ),
         "publisher": publisher,
         "publisher_seq": publisher_seq,
-        "codec": pa.array(codecs if max(codecs) <= 3 else [c if c <= 3 else -1 for c in codecs],
-                          type=pa.int64()),
+        "codec": pa.array(codecs if max(codecs) <= 3 else [c if c <= 3 or c == 0x4F else -1
+                                                           for c in codecs], type=pa.int64()),
         "payload": pa.array(payloads, type=pa.binary()),
     }  # fmt: skip
     for c in decoded:

@@ -47,6 +47,7 @@ async def test_messages_carry_publisher_and_sequence(
     a, b = static_pair
     async with b.subscribe("SEQ.a") as sa, b.subscribe("SEQ.>") as wild:
         await a.wait_for_interest("SEQ.a")
+        await a.wait_for_interest("SEQ.b")  # the wildcard's filter has arrived too
         for i in range(3):
             await a.publish("SEQ.a", {"i": i})
             await a.publish("SEQ.b", f"text {i}")
