@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -158,7 +159,8 @@ def read_keys(path: str | os.PathLike[str]) -> list[str]:
         raise ConfigError(f"cannot read the key list {path}: {exc}") from None
     keys = []
     for n, line in enumerate(lines, 1):
-        line = line.split("#", 1)[0].strip()
+        # '#' is in the Z85 alphabet: a comment starts a line or follows whitespace
+        line = re.sub(r"(^|\s)#.*$", "", line).strip()
         if line:
             keys.append(_check_key(line, f"line {n} of {path}"))
     return keys

@@ -289,3 +289,14 @@ async def test_keygen_then_a_secured_nsd(spawn: Spawn, tmp_path: Path) -> None:
     rc, _, err = await bad.finish()
     assert rc == 2 and "needs --curve-secret-file" in err
     no_traceback(err)
+
+
+def test_key_lists_keep_keys_that_contain_a_hash(tmp_path: Path) -> None:
+    from aoz.security import keypair, read_keys
+
+    keys = [keypair()[0] for _ in range(200)]  # '#' is one of Z85's 85 characters
+    with_hash = next(k for k in keys if "#" in k[1:])
+    key = next(k for k in keys if "#" not in k)
+    listing = tmp_path / "allow.txt"
+    listing.write_text(f"# nodes\n{with_hash}\n{key}  # the second node\n\n")
+    assert read_keys(listing) == [with_hash, key]
