@@ -464,7 +464,7 @@ class Node:
             timeout=timeout,
         )
 
-    async def wait_for_subscribers(self, subject: str, timeout: float = 5.0) -> int:
+    async def wait_for_subscribers(self, subject: str | None, timeout: float = 5.0) -> int:
         """Wait until every peer known from discovery has its subscriptions in place
         here, and at least one of them covers ``subject``; returns how many peers.
 
@@ -472,12 +472,14 @@ class Node:
         does this): a peer counts once its SUB has connected to this node, completed
         the handshake and sent its filters (its inbox filter, which every OZ and aoz
         node subscribes first, has arrived), and the peer table has been quiet for two
-        connect intervals (peers answer a newcomer's announcement at once). In static
-        and broker modes there is no peer table: it waits for ``subject``'s interest.
+        connect intervals (peers answer a newcomer's announcement at once). With
+        ``subject=None`` it waits for the peers only. In static and broker modes there is
+        no peer table: it waits for ``subject``'s interest.
         Raises :class:`aoz.WaitTimeout`.
         """
         with anyio.move_on_after(timeout):
-            await self.wait_for_interest(subject, timeout)
+            if subject is not None:
+                await self.wait_for_interest(subject, timeout)
             if self._driver is None:
                 return 0
             return await self._links.wait_subscribed(2 * self.settings.connect_interval)

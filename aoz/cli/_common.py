@@ -28,7 +28,6 @@ log = logging.getLogger("aoz.cli")
 EXIT_LINGER = 2.0  # seconds, see connect_kwargs
 FLUSH_LINGER_MS = 1000  # at most this long at exit for queued frames to leave
 WAITING_NOTICE = 1.0  # seconds before "waiting for the naming daemon" is said (once)
-MESH_QUIET = 0.25  # seconds without a new peer after which the peer table is taken as known
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
@@ -198,37 +197,16 @@ async def wait_for_interest(node: Any, subject: str, wait: float) -> bool:
 
 
 async def wait_for_mesh(node: Any, timeout: float) -> int:
-    """Wait (at most ``timeout`` s) until every peer discovery knows has connected to our
-    publisher: each node subscribes to its own inbox, so the filter ``_INBOX.<uuid>``
-    reaching us proves that peer's subscriptions have all arrived. Returns how many did.
+    """Wait (at most ``timeout`` s) until every peer discovery knows has its
+    subscriptions at our publisher (:meth:`aoz.Node.wait_for_subscribers`); how many
+    peers, 0 when they did not all arrive in time (the verb goes on regardless).
 
-    For verbs that want every receiver (``req --replies``), not just the first.
+    For verbs that want every receiver (``pub``, ``req --replies``), not just the first.
     """
-    deadline = time.monotonic() + timeout
-    # Peers answer a newcomer's announcement at once: let the table settle (no new
-    # peer for MESH_QUIET seconds) before reading it.
-    events = node.peer_events()
     try:
-        while time.monotonic() < deadline:
-            with anyio.move_on_after(min(MESH_QUIET, deadline - time.monotonic())) as quiet:
-                await events.__anext__()
-            if quiet.cancelled_caught:
-                break
-    except StopAsyncIteration:
-        pass
-    finally:
-        await events.aclose()
-    ready = 0
-    for peer in [p for p in node.peers if p.uuid != node.uuid]:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        try:
-            await node.wait_for_interest(f"_INBOX.{peer.uuid}", timeout=remaining)
-            ready += 1
-        except WaitTimeout:
-            break
-    return ready
+        return int(await node.wait_for_subscribers(None, timeout))
+    except WaitTimeout:
+        return 0
 
 
 def check_subject(subject: str, verb: str) -> str:

@@ -295,3 +295,21 @@ def test_python_m_aoz_demo_dispatches_to_the_example_demo(monkeypatch: pytest.Mo
     monkeypatch.setitem(sys.modules, "examples.marketdata.demo", FakeDemo)
     assert aoz.__main__.main(["demo", "--quick"]) == 7
     assert calls == [["--quick"]]
+
+
+async def test_one_pub_reaches_every_one_of_four_subscribers(aoz_cli: Cli) -> None:
+    """`aoz pub --count 1000` with four `aoz sub` processes: each gets all 1000 (the
+    publisher waits for every known subscriber's filters, blocks at full queues and
+    flushes on exit)."""
+    subs = []
+    for _ in range(4):
+        sub = await aoz_cli("sub", "FOUR.x", "--count", "1000", "--raw")
+        await sub.wait_stderr("Listening on")
+        subs.append(sub)
+    pub = await aoz_cli("pub", "FOUR.x", "m{{Count}}", "--count", "1000", "-q")
+    rc, _, err = await pub.finish()
+    assert rc == 0, err
+    for sub in subs:
+        rc, out, err = await sub.finish()
+        assert rc == 0, err
+        assert out.split() == [f"m{n}" for n in range(1, 1001)]
