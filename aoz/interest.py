@@ -92,6 +92,10 @@ class InterestSet:
             f.startswith(INBOX_PREFIX) and handle.startswith(f) for f in self._filters
         )
 
+    def filters(self) -> frozenset[bytes]:
+        """Every filter now (a copy; read :attr:`version` to know when to read again)."""
+        return frozenset(self._filters)
+
     def has_inbox(self, inbox_filter: bytes) -> bool:
         """Whether a peer's inbox filter (``_INBOX.<uuid>``) has arrived: its data SUB is
         connected to this publisher, handshaken, and has sent its subscriptions (every

@@ -490,6 +490,20 @@ class Node:
             timeout=timeout,
         )
 
+    @property
+    def interest(self) -> InterestSet:
+        """The subscription filters that reached this node's publisher (read only:
+        ``covers()``, ``filters()``, ``version``); what queue groups read members from."""
+        return self._interest
+
+    async def interest_changed(self, timeout: float) -> None:
+        """Return when the interest set changes, or after ``timeout`` seconds."""
+        changed = self._plane.interest_changed
+        changed.clear()
+        self._plane.read_interest()
+        with anyio.move_on_after(timeout):
+            await changed.wait()
+
     # ------------------------------------------------------------------ request/reply
     def _request_parts(
         self, subject: str, data: object, codec: Codec | None

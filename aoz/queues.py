@@ -236,11 +236,10 @@ _tables: dict[int, tuple[Any, QueueTable, int]] = {}
 def _table(node: Node) -> QueueTable:
     """This node's queue table, synced with its interest set when that changed.
 
-    Node hooks (the only two places this module reads node internals): the interest
-    set ``node._interest`` (its filters and change counter) and, in
-    :func:`_interest_changed`, the data plane's ``interest_changed`` event.
+    Members come from the node's interest set (``node.interest``: its filters and
+    change counter); :func:`_interest_changed` waits on ``node.interest_changed``.
     """
-    interest = node._interest
+    interest = node.interest
     entry = _tables.get(id(node))
     if entry is None or entry[0] is not node:
         if len(_tables) > 64:  # nodes come and go (tests): forget closed ones
@@ -249,7 +248,7 @@ def _table(node: Node) -> QueueTable:
         entry = (node, QueueTable(), -1)
     table = entry[1]
     if entry[2] != interest.version:
-        table.sync(interest._filters)
+        table.sync(interest.filters())
         entry = (node, table, interest.version)
     _tables[id(node)] = entry
     return table
@@ -304,11 +303,7 @@ async def wait_for_receivers(node: Node, subject: str, timeout: float = 5.0) -> 
 
 
 async def _interest_changed(node: Node, timeout: float) -> None:
-    # Hook: the data plane's interest change event (set when an XPUB event arrives).
-    event = node._plane.interest_changed
-    event.clear()
-    with anyio.move_on_after(timeout):
-        await event.wait()
+    await node.interest_changed(timeout)
 
 
 class QueueSubscription:
