@@ -209,6 +209,22 @@ async def wait_for_mesh(node: Any, timeout: float) -> int:
         return 0
 
 
+def listen(node: Any, pattern: str, queue: str | None) -> Any:
+    """``node.subscribe(pattern)``, or a queue-group membership; says it is listening."""
+    from .. import queues
+
+    if queue is None:
+        subscription: Any = node.subscribe(pattern)
+    else:
+        try:
+            subscription = queues.subscribe(node, pattern, queue)
+        except AozError as exc:
+            raise UserError(f"--queue: {exc}") from None
+    where = f" in queue group {queue!r}" if queue else ""
+    info(f"Listening on {pattern!r}{where}")
+    return subscription
+
+
 def check_subject(subject: str, verb: str) -> str:
     """A concrete subject to send on: no wildcards, no empty tokens."""
     tokens = subject.split(".")

@@ -203,19 +203,9 @@ async def sub(
     """Print (or dump) messages matching ``pattern`` until interrupted or ``count`` arrived."""
     if dump is not None:
         _prepare_dump(dump)
-    from .. import queues
 
     async with c.open_node(conn) as node:
-        if queue is not None:
-            try:
-                subscription: Any = queues.subscribe(node, pattern, queue)
-            except AozError as exc:
-                raise c.UserError(f"--queue: {exc}") from None
-        else:
-            subscription = node.subscribe(pattern)
-        async with subscription:
-            where = f" in queue group {queue!r}" if queue else ""
-            c.info(f"Listening on {pattern!r}{where}")
+        async with c.listen(node, pattern, queue) as subscription:
             n = 0
             async for msg in subscription:
                 n += 1

@@ -8,7 +8,7 @@ import typer
 
 import aoz.cli._common as c
 
-from ..errors import AozError, DecodeError, EncodeError, NoResponders, RequestTimeout
+from ..errors import DecodeError, EncodeError, NoResponders, RequestTimeout
 from ..message import Message
 from ..protocol import codecs
 from ..protocol.codecs import Codec
@@ -115,40 +115,28 @@ async def reply(
     """Answer requests on ``subject`` with ``body`` (or their own body with ``echo``)."""
     import anyio
 
-    from .. import queues
-
     c.check_subject(subject, "reply")
     if body is not None:
         payload(body, 1, codec)  # a bad body fails before connecting
-    async with c.open_node(conn) as node:
-        if queue is not None:
-            try:
-                subscription: Any = queues.subscribe(node, subject, queue)
-            except AozError as exc:
-                raise c.UserError(f"--queue: {exc}") from None
-        else:
-            subscription = node.subscribe(subject)
-        async with subscription:
-            where = f" in queue group {queue!r}" if queue else ""
-            c.info(f"Listening on {subject!r}{where}")
-            n = 0
-            async for msg in subscription:
-                if msg.reply is None:
-                    c.info(f"ignoring a {msg.kind.name.lower()} on {msg.subject!r}: not a request")
-                    continue
-                n += 1
-                show(msg, n, raw=False, as_json=False)
-                if sleep:
-                    await anyio.sleep(sleep)
-                # No wait for the requester's inbox here: respond() does that (bug 6).
-                if echo:
-                    await _echo(msg)
-                else:
-                    assert body is not None
-                    value, cd = payload(body, n, codec)
-                    await msg.respond(value, codec=cd)
-                if count and n >= count:
-                    break
+    async with c.open_node(conn) as node, c.listen(node, subject, queue) as subscription:
+        n = 0
+        async for msg in subscription:
+            if msg.reply is None:
+                c.info(f"ignoring a {msg.kind.name.lower()} on {msg.subject!r}: not a request")
+                continue
+            n += 1
+            show(msg, n, raw=False, as_json=False)
+            if sleep:
+                await anyio.sleep(sleep)
+            # No wait for the requester's inbox here: respond() does that (bug 6).
+            if echo:
+                await _echo(msg)
+            else:
+                assert body is not None
+                value, cd = payload(body, n, codec)
+                await msg.respond(value, codec=cd)
+            if count and n >= count:
+                break
     return 0
 
 
