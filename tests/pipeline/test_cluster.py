@@ -5,6 +5,7 @@ mid-batch. Every committed row must come out of the Deduplicator exactly once.""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -138,6 +139,17 @@ async def test_exactly_once_on_a_standalone_cluster(cluster, tmp_path, aoz_node_
                 assert marker.exists()  # the slowed-down attempt 0 is the one running
                 killed = kill_executor_python_workers()
                 assert killed > 0
+
+                def retried() -> bool:  # partition 0's rows come from a second attempt
+                    return len({r["_aoz"][3] for r in col.raw if r["_aoz"][2] == 0}) >= 2
+
+                for _ in range(5):  # bounded: a kill can miss the worker running the task
+                    with contextlib.suppress(TimeoutError):
+                        await col.wait(retried, timeout=15)
+                    if retried():
+                        break
+                    kill_executor_python_workers()
+                assert retried(), marker.read_text()
             done = result[0]
             assert done.returncode == 0, done.stderr[-3000:]
             await col.wait(lambda: col.dedup.statistics().released_batches == 1)
