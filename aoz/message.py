@@ -20,6 +20,7 @@ __all__ = ["Message", "Responder"]
 
 T = TypeVar("T")
 
+
 class Responder(Protocol):
     """What a message answers through (the node that received it)."""
 
