@@ -235,7 +235,8 @@ def register(app: typer.Typer) -> None:
                 "--curve-allow",
                 metavar="KEY",
                 rich_help_panel="Security",
-                help="A node public key allowed in (repeatable).",
+                help="A node public key allowed in (repeatable; write --curve-allow=KEY, "
+                "as a key may start with '-').",
             ),
         ] = None,
         curve_allow_file: Annotated[

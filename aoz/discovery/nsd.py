@@ -242,7 +242,10 @@ def main(argv: list[str] | None = None) -> int:
         "(aoz keygen); OZ programs cannot use a secured nsd",
     )
     parser.add_argument(
-        "--curve-allow", action="append", help="a node public key allowed in (repeatable)"
+        "--curve-allow",
+        action="append",
+        help="a node public key allowed in (repeatable; write --curve-allow=KEY, "
+        "as a key may start with '-')",
     )
     parser.add_argument(
         "--curve-allow-file", action="append", help="file of allowed public keys, one a line"

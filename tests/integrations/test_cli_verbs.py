@@ -279,7 +279,7 @@ async def test_keygen_then_a_secured_nsd(spawn: Spawn, tmp_path: Path) -> None:
     assert len(public) == 40 and public in (tmp_path / "mesh.pub").read_text()
     nsd = await spawn([str(AOZ), "nsd", "--port", "0",
                        "--curve-secret-file", str(tmp_path / "mesh.key"),
-                       "--curve-allow", public])  # fmt: skip
+                       f"--curve-allow={public}"])  # fmt: skip (KEY=: it may start with -)
     line = await nsd.wait_stderr("aoz nsd ready")
     assert "curve=on" in line
     nsd.proc.send_signal(signal.SIGTERM)
