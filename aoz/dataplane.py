@@ -595,6 +595,11 @@ class DataPlane:
         pending = self._pending_disconnects.pop(endpoint, None)
         if pending is not None:
             pending.cancel()  # the peer is back (or a new one took its address)
+            if not self._link_state.get(endpoint, False):
+                # the old link is gone: connect afresh, not after its leftover back-off
+                self._disconnect_now(endpoint)
+                if self._guard is not None:
+                    self._guard.reset(endpoint)
         if self._sub is None or self._closing or endpoint in self._connected:
             return
         try:

@@ -344,6 +344,12 @@ class HandshakeGuard:
             except zmq.ZMQError as exc:
                 log.debug("reconnect to %s failed: %s", endpoint, exc)
 
+    def reset(self, endpoint: str) -> None:
+        """A fresh link to ``endpoint`` (a peer came back): no back-off left over."""
+        self._waiting.discard(endpoint)
+        self._silent.pop(endpoint, None)
+        self.backoff.forget(endpoint)
+
     def _disconnect(self, endpoint: str) -> None:
         if self.sock.closed:
             return
