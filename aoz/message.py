@@ -7,16 +7,17 @@ almost nothing.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Protocol, TypeVar, overload
 
 import msgspec
 
-from .errors import AozError
+from .errors import AozError, ClosedError
 from .protocol.codecs import AOZ_CODEC_IDS, Codec, decode_payload, split_payload
 from .protocol.frames import Kind
 from .protocol.sequence import FLAG, HEADER_LEN, PACK
 
-__all__ = ["Message", "Responder"]
+__all__ = ["Message", "Responder", "WeakResponder"]
 
 T = TypeVar("T")
 
@@ -27,11 +28,35 @@ class Responder(Protocol):
     async def respond_to(self, handle: str, data: object, codec: Codec | None) -> None: ...
 
 
+class WeakResponder:
+    """A node as its messages hold it: weakly.
+
+    Messages are not tracked by Python's cyclic garbage collector (``gc=False``): a
+    receiver builds one per frame, keeps thousands queued, and a collector walking
+    them cost about a third of the receive path. That is safe only if a message can
+    never be part of a reference cycle, and what it holds (bytes, str, numbers, this
+    object) refers to nothing that could lead back to it: the node, which does (its
+    subscriptions queue messages), is reached through a weak reference.
+    """
+
+    __slots__ = ("_ref",)
+
+    def __init__(self, node: Responder) -> None:
+        self._ref = weakref.ref(node)
+
+    async def respond_to(self, handle: str, data: object, codec: Codec | None) -> None:
+        node = self._ref()
+        if node is None:
+            raise ClosedError("the node that received this request is gone; it cannot be "
+                              "answered")
+        await node.respond_to(handle, data, codec)
+
+
 # payload ids below this are aoz codecs (see aoz.protocol.codecs.Codec)
 _KNOWN_IDS = AOZ_CODEC_IDS  # omnm ('O') and foreign payloads have no aoz byte
 
 
-class Message(msgspec.Struct, repr_omit_defaults=True, eq=False):
+class Message(msgspec.Struct, repr_omit_defaults=True, eq=False, gc=False):
     """One received publication, request or reply.
 
     >>> # inside `async for msg in node.subscribe("MD.>")`:
@@ -46,7 +71,9 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False):
             just before this one (0 normally; see :attr:`sequence`).
 
     A message is a ``msgspec.Struct`` only because that is the cheapest Python object
-    to build: the node makes one per received frame. Build messages through a node.
+    to build: the node makes one per received frame. It is not tracked by the cyclic
+    garbage collector, so it holds its node only weakly (:class:`WeakResponder`).
+    Build messages through a node.
     """
 
     _frame: bytes
