@@ -33,7 +33,7 @@ import socket
 import sys
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -323,6 +323,31 @@ class Node:
         if self._sends_since_yield >= _YIELD_EVERY:
             self._sends_since_yield = 0
             await asyncio.sleep(0)
+
+    async def publish_many(
+        self, subject: str, items: Iterable[object], *, codec: Codec | None = None
+    ) -> None:
+        """Publish every item of ``items`` on ``subject``, in order: what a loop of
+        :meth:`publish` does, in one call (about half the cost per message).
+
+        The items are encoded first (an item that cannot be encoded raises before
+        anything is sent or numbered), then handed to ZeroMQ together; with
+        ``send_policy="block"`` it waits for room as :meth:`publish` does, so nothing is
+        dropped (cancelled while it waits, the rest is not sent, and subscribers count
+        it as lost).
+
+        >>> await node.publish_many("MD.NYSE.IBM", [q1, q2, q3])  # doctest: +SKIP
+        """
+        self._check_open()
+        frames = self._frames.publish_many(subject, items, codec)
+        sent = 0
+        while True:
+            sent = self._plane.send_batch(frames, sent)
+            if sent >= len(frames):
+                break
+            await self._plane.send_when_ready(frames[sent])
+            sent += 1
+        await asyncio.sleep(0)  # a tight loop of batches must not starve the node
 
     async def publish_frames(
         self, frames: Sequence[bytes], *, timeout: float | None = None

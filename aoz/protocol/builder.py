@@ -14,6 +14,7 @@ b'A.B\\x00\\x01\\x00\\x00x'
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 
 from ..errors import SubjectError
 from .codecs import Codec, Verbatim, encode_payload
@@ -102,6 +103,21 @@ class FrameBuilder:
             e.seq -= 1  # a foreign payload (omnm...) goes out as it is
             return e.header + body
         return b"".join((e.header, bytes((body[0] | FLAG,)), self._pid, _U32(seq), body[1:]))
+
+    def publish_many(
+        self, subject: str, items: Iterable[object], codec: Codec | None = None
+    ) -> list[bytes]:
+        """The publish frames of every item; if one cannot be encoded, the error is
+        raised and the subject's sequence is left as it was (nothing was numbered)."""
+        e = self._entries.get(subject)
+        start = 0 if e is None else e.seq
+        try:
+            return [self.publish(subject, data, codec) for data in items]
+        except BaseException:
+            e = self._entries.get(subject)
+            if e is not None:
+                e.seq = start
+            raise
 
     def rewind(self, subject: str) -> None:
         """The last frame built for ``subject`` was not sent: reuse its sequence number."""
