@@ -4,6 +4,7 @@ from typing import Any
 
 ABI: int
 BATCH: int
+CONSTANTS: dict[str, int]
 
 def drain_sub(plane: Any, sock: Any) -> int: ...
 

@@ -10,7 +10,7 @@ and the per-frame bookkeeping runs without the interpreter. ZeroMQ is still call
 through pyzmq (the socket's ``recv``, the backend's ``send``), so there is no second
 binding of libzmq to keep in step with pyzmq's.
 
-``aoz.dataplane`` imports this module only when its ``ABI`` and ``BATCH`` match its own.
+``aoz.dataplane`` uses this module only when its ``ABI`` and ``CONSTANTS`` match its own.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -27,9 +27,13 @@ from .errors import TransportError, WouldBlock
 from .message import Message
 from .protocol.frames import Kind
 
-ABI = 1
+ABI = 2
 BATCH = 1024
+#: the protocol's numbers built in below; aoz.dataplane checks them against its own
+CONSTANTS = {"BATCH": BATCH, "MAX_SUBJECT": 256, "HEADER_LEN": 13, "AOZ_CODEC_IDS": 4,
+             "COPY_THRESHOLD": 65536}
 
+cdef Py_ssize_t _BATCH = BATCH
 cdef int _NOBLOCK = zmq.NOBLOCK
 cdef object _Again = zmq.Again
 cdef object _ZMQError = zmq.ZMQError
@@ -37,9 +41,10 @@ cdef object _Message = Message
 cdef object _PUBLISH = Kind.PUBLISH
 cdef object _clock = time.time
 cdef object _send = getattr(zmq.backend, "Socket", zmq.Socket).send
-cdef Py_ssize_t _MAX_SUBJECT = 256  # aoz.protocol.subjects.MAX_SUBJECT
-cdef Py_ssize_t _HEADER_LEN = 13  # aoz.protocol.sequence.HEADER_LEN
-cdef Py_ssize_t _COPY_THRESHOLD = 65536  # aoz.dataplane._COPY_THRESHOLD
+cdef Py_ssize_t _MAX_SUBJECT = CONSTANTS["MAX_SUBJECT"]  # aoz.protocol.subjects
+cdef Py_ssize_t _HEADER_LEN = CONSTANTS["HEADER_LEN"]  # aoz.protocol.sequence
+cdef uint8_t _AOZ_CODEC_IDS = CONSTANTS["AOZ_CODEC_IDS"]  # aoz.protocol.codecs
+cdef Py_ssize_t _COPY_THRESHOLD = CONSTANTS["COPY_THRESHOLD"]  # aoz.dataplane
 
 
 cdef inline uint64_t _u64(const uint8_t* p) noexcept:
@@ -87,7 +92,8 @@ def drain_sub(plane, sock):
     cdef bytes frame
     cdef bytes sb
     cdef const uint8_t* buf
-    cdef Py_ssize_t flen, nul
+    cdef Py_ssize_t flen, nul, start, data
+    cdef uint8_t first
     cdef Py_ssize_t n = 0
     cdef Py_ssize_t nbytes = 0
     cdef PyObject* found
@@ -95,7 +101,7 @@ def drain_sub(plane, sock):
     cdef uint32_t seq
     now = _clock()
     try:
-        while n < BATCH and not plane._holds:
+        while n < _BATCH and not plane._holds:
             frame = recv(_NOBLOCK)
             n += 1
             flen = PyBytes_GET_SIZE(frame)
@@ -114,10 +120,18 @@ def drain_sub(plane, sock):
                 else:
                     subs = <tuple>found
                 if subs:
-                    msg = _Message(frame, nul, nul + 3, _PUBLISH, None, now, responder)
-                    if flen >= nul + 3 + _HEADER_LEN and buf[nul + 3] & 0x80:
-                        pid = _u64(buf + nul + 4)
-                        seq = _u32(buf + nul + 12)
+                    # aoz.message.data_start: after the codec byte or the sequence header
+                    start = data = nul + 3
+                    first = buf[start] if flen > start else 0x7F
+                    if first & 0x80:
+                        if (first & 0x7F) < _AOZ_CODEC_IDS and flen >= start + _HEADER_LEN:
+                            data = start + _HEADER_LEN
+                    elif first < _AOZ_CODEC_IDS:
+                        data = start + 1
+                    msg = _Message(frame, nul, start, data, _PUBLISH, None, now, responder)
+                    if data == start + _HEADER_LEN:
+                        pid = _u64(buf + start + 1)
+                        seq = _u32(buf + start + 9)
                         # the next number from the subject's last publisher costs one
                         # lookup; anything else takes plane._sequence
                         found = PyDict_GetItem(last_seen, sb)

@@ -50,11 +50,12 @@ from zmq.utils.monitor import parse_monitor_message
 from .config import Settings
 from .errors import AozError, ConfigError, TransportError, WouldBlock
 from .interest import InterestSet
-from .message import Message, Responder
+from .message import Message, Responder, data_start
 from .protocol.builder import FrameBuilder
-from .protocol.codecs import Codec
+from .protocol.codecs import AOZ_CODEC_IDS, Codec
 from .protocol.frames import Kind, decode_frame, publish_subject_end
 from .protocol.sequence import FLAG, HEADER_LEN, PACK, SequenceTracker
+from .protocol.subjects import MAX_SUBJECT
 from .routing import RoutingTable
 from .security import ZAP_ENDPOINT, keypair, zap_reply
 from .sockopts import DATA_MONITOR_EVENTS, HandshakeGuard, apply_data_options
@@ -379,8 +380,9 @@ class DataPlane:
             return
         if subs:
             reply = fr.reply.decode("ascii") if fr.reply is not None else None
-            msg = Message(frame, len(fr.subject), fr.payload_start, fr.kind, reply, now,
-                          self._responder)
+            start = fr.payload_start
+            msg = Message(frame, len(fr.subject), start, data_start(frame, start), fr.kind,
+                          reply, now, self._responder)
             for s in subs:
                 s.push(msg)
 
@@ -602,7 +604,6 @@ def _drain_sub_py(plane: DataPlane, sock: zmq.Socket[bytes]) -> int:
     responder = plane._responder
     unpack = PACK.unpack_from
     last_seen = plane.sequences.last_seen
-    seq_end = 3 + HEADER_LEN
     pending: dict[Subscription, list[Message]] = {}
     now = time.time()
     n = 0
@@ -623,11 +624,19 @@ def _drain_sub_py(plane: DataPlane, sock: zmq.Socket[bytes]) -> int:
                         plane.malformed += 1
                         continue
                 if subs:
-                    msg = Message(frame, nul, nul + 3, publish, None, now, responder)
-                    if flen >= nul + seq_end and frame[nul + 3] & FLAG:
-                        # the next number from the subject's last publisher costs one
-                        # unpack and one lookup; anything else takes _sequence
-                        pid, seq = unpack(frame, nul + 4)
+                    # data_start, inline: after the codec byte or the sequence header
+                    start = data = nul + 3
+                    first = frame[start] if flen > start else 0x7F
+                    if first & FLAG:
+                        if first & 0x7F < AOZ_CODEC_IDS and flen >= start + HEADER_LEN:
+                            data = start + HEADER_LEN
+                    elif first < AOZ_CODEC_IDS:
+                        data = start + 1
+                    msg = Message(frame, nul, start, data, publish, None, now, responder)
+                    if data - start == HEADER_LEN:
+                        # sequenced: the next number from the subject's last publisher
+                        # costs one unpack and one lookup; anything else takes _sequence
+                        pid, seq = unpack(frame, start + 1)
                         st = last_seen.get(sb)
                         if st is not None and st[0] == pid and seq == st[1] + 1:
                             st[1] = seq
@@ -715,7 +724,7 @@ def _compiled() -> ModuleType | None:
     except ImportError as exc:
         log.debug("aoz hot path: pure Python (the compiled module is not built: %s)", exc)
         return None
-    if _speedups.ABI != _HOT_PATH_ABI or _speedups.BATCH != _BATCH:
+    if _speedups.ABI != _HOT_PATH_ABI or _constants() != _speedups.CONSTANTS:
         log.warning("aoz._speedups is out of date with this source tree (rebuild it with "
                     "`pip install -e .`); using the pure-Python hot path")
         return None
@@ -723,7 +732,13 @@ def _compiled() -> ModuleType | None:
     return _speedups
 
 
-_HOT_PATH_ABI = 1  # bump with any change to the functions' contract
+def _constants() -> dict[str, int]:
+    """The protocol's numbers that the compiled module has built in."""
+    return {"BATCH": _BATCH, "MAX_SUBJECT": MAX_SUBJECT, "HEADER_LEN": HEADER_LEN,
+            "AOZ_CODEC_IDS": AOZ_CODEC_IDS, "COPY_THRESHOLD": _COPY_THRESHOLD}
+
+
+_HOT_PATH_ABI = 2  # bump with any change to the functions' contract
 _speedups_module = _compiled()
 #: which implementation of the hot path runs: "compiled" or "python"
 HOT_PATH = "python" if _speedups_module is None else "compiled"

@@ -17,7 +17,7 @@ from .protocol.codecs import AOZ_CODEC_IDS, Codec, decode_payload, split_payload
 from .protocol.frames import Kind
 from .protocol.sequence import FLAG, HEADER_LEN, PACK
 
-__all__ = ["Message", "Responder", "WeakResponder"]
+__all__ = ["Message", "Responder", "WeakResponder", "data_start"]
 
 T = TypeVar("T")
 
@@ -26,6 +26,24 @@ class Responder(Protocol):
     """What a message answers through (the node that received it)."""
 
     async def respond_to(self, handle: str, data: object, codec: Codec | None) -> None: ...
+
+
+def data_start(frame: bytes, start: int) -> int:
+    """Where the data of the payload at ``frame[start:]`` begins: after aoz's codec byte,
+    after the whole sequence header (codec byte with FLAG, then 12 bytes) when there is
+    one, and at ``start`` for payloads that are not aoz's (omnm, foreign bytes).
+
+    >>> data_start(b"S\0\x01\0\x01ab", 4), data_start(b"S\0\x01\0Oab", 4)
+    (5, 4)
+    """
+    if len(frame) > start:
+        first = frame[start]
+        if first & FLAG:
+            if first & ~FLAG < _KNOWN_IDS and len(frame) >= start + HEADER_LEN:
+                return start + HEADER_LEN
+        elif first < _KNOWN_IDS:
+            return start + 1
+    return start
 
 
 class WeakResponder:
@@ -78,7 +96,8 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False, gc=False):
 
     _frame: bytes
     _nul: int
-    _start: int
+    _start: int  # the payload
+    _data: int  # the data: after the codec byte, or the sequence header (data_start)
     kind: Kind
     reply: str | None
     received_at: float
@@ -102,8 +121,7 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False, gc=False):
         return self._frame[self._start :]
 
     def _sequenced(self) -> bool:
-        f, st = self._frame, self._start
-        return len(f) >= st + HEADER_LEN and f[st] & FLAG != 0 and f[st] & ~FLAG < _KNOWN_IDS
+        return self._data - self._start == HEADER_LEN
 
     def _split(self) -> tuple[Codec, bytes]:
         if self._sequenced():
@@ -119,15 +137,7 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False, gc=False):
     @property
     def data(self) -> bytes:
         """The payload without aoz's header (whole for omnm and foreign payloads)."""
-        f, st = self._frame, self._start
-        if len(f) > st:
-            first = f[st]
-            if first & FLAG:
-                if first & ~FLAG < _KNOWN_IDS and len(f) >= st + HEADER_LEN:
-                    return f[st + HEADER_LEN :]
-            elif first < _KNOWN_IDS:
-                return f[st + 1 :]
-        return f[st:]
+        return self._frame[self._data :]
 
     @property
     def publisher(self) -> int | None:

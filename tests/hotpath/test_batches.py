@@ -129,7 +129,7 @@ class _Node:
 
 async def test_messages_are_not_tracked_by_the_gc_and_hold_their_node_weakly() -> None:
     node = _Node()
-    msg = Message(b"S\0\x02\0h", 1, 4, Kind.REQUEST, "_INBOX.x", 0.0, WeakResponder(node))
+    msg = Message(b"S\0\x02\0h", 1, 4, 4, Kind.REQUEST, "_INBOX.x", 0.0, WeakResponder(node))
     assert not gc.is_tracked(msg)
     del node
     gc.collect()
