@@ -46,7 +46,7 @@ def _extensions() -> list[Extension]:
         return []
     try:
         return cythonize(
-            [Extension("aoz._speedups", ["aoz/_speedups.pyx"], extra_compile_args=["-O2"])],
+            [Extension("aoz._speedups", ["aoz/_speedups.pyx"], extra_compile_args=["-g0"])],
             compiler_directives={"language_level": "3"},
             quiet=True,
         )
