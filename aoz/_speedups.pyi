@@ -8,6 +8,12 @@ CONSTANTS: dict[str, int]
 
 def drain_sub(plane: Any, sock: Any) -> int: ...
 
+class Entry:
+    header: bytes
+    prefix: bytes
+    seq: int
+    def __init__(self, header: bytes, prefix: bytes) -> None: ...
+
 class Sender:
     pub: Any
     messages_out: int

@@ -27,7 +27,7 @@ from .errors import TransportError, WouldBlock
 from .message import Message
 from .protocol.frames import Kind
 
-ABI = 2
+ABI = 3
 BATCH = 1024
 #: the protocol's numbers built in below; aoz.dataplane checks them against its own
 CONSTANTS = {"BATCH": BATCH, "MAX_SUBJECT": 256, "HEADER_LEN": 13, "AOZ_CODEC_IDS": 4,
@@ -176,6 +176,20 @@ def drain_sub(plane, sock):
     return n
 
 
+cdef class Entry:
+    """One subject's cached prefixes and its last sequence number: the twin of
+    ``aoz.protocol.builder._Entry``, with fields the compiled Sender reads directly."""
+
+    cdef public bytes header
+    cdef public bytes prefix
+    cdef public unsigned long long seq
+
+    def __init__(self, bytes header, bytes prefix):
+        self.header = header
+        self.prefix = prefix
+        self.seq = 0
+
+
 cdef class Sender:
     """The send side of the hot path (see ``_SenderPy`` in aoz/dataplane.py).
 
@@ -190,28 +204,44 @@ cdef class Sender:
     cdef dict _entries
     cdef bint _sequenced
     cdef public object pub
-    cdef public object messages_out
-    cdef public object bytes_out
+    cdef unsigned long long _messages
+    cdef unsigned long long _bytes
 
     def __init__(self, builder):
         self._builder = builder
         self._entries = builder._entries
         self._sequenced = builder.publisher is not None
         self.pub = None
-        self.messages_out = 0
-        self.bytes_out = 0
+        self._messages = 0
+        self._bytes = 0
+
+    @property
+    def messages_out(self):
+        return self._messages
+
+    @messages_out.setter
+    def messages_out(self, value):
+        self._messages = value
+
+    @property
+    def bytes_out(self):
+        return self._bytes
+
+    @bytes_out.setter
+    def bytes_out(self, value):
+        self._bytes = value
 
     def publish(self, subject, data, codec):
         cdef bytes payload, prefix, frame
         cdef Py_ssize_t plen, dlen, total
-        cdef unsigned long long number
         cdef uint32_t seq
         cdef char* out
         cdef PyObject* found
+        cdef Entry entry
         if codec is None and type(data) is bytes and self.pub is not None:
             found = PyDict_GetItem(self._entries, subject)
-            if found != NULL:
-                entry = <object>found
+            if found != NULL and type(<object>found) is Entry:
+                entry = <Entry>found
                 prefix = entry.prefix
                 payload = <bytes>data
                 plen = PyBytes_GET_SIZE(prefix)
@@ -222,9 +252,8 @@ cdef class Sender:
                     out = PyBytes_AS_STRING(frame)
                     memcpy(out, PyBytes_AS_STRING(prefix), plen)
                     if self._sequenced:
-                        number = entry.seq + 1
-                        entry.seq = number
-                        seq = <uint32_t>(number & 0xFFFFFFFF)
+                        entry.seq += 1
+                        seq = <uint32_t>(entry.seq & 0xFFFFFFFF)
                         out[plen] = <char>(seq & 0xFF)
                         out[plen + 1] = <char>((seq >> 8) & 0xFF)
                         out[plen + 2] = <char>((seq >> 16) & 0xFF)
@@ -252,5 +281,5 @@ cdef class Sender:
             ) from None
         except _ZMQError as exc:
             raise TransportError(f"publish failed: {exc}") from exc
-        self.messages_out += 1
-        self.bytes_out += n
+        self._messages += 1
+        self._bytes += n

@@ -51,7 +51,7 @@ from .config import Settings
 from .errors import AozError, ConfigError, TransportError, WouldBlock
 from .interest import InterestSet
 from .message import Message, Responder, data_start
-from .protocol.builder import FrameBuilder
+from .protocol.builder import FrameBuilder, _Entry
 from .protocol.codecs import AOZ_CODEC_IDS, Codec
 from .protocol.frames import Kind, decode_frame, publish_subject_end
 from .protocol.sequence import FLAG, HEADER_LEN, PACK, SequenceTracker
@@ -61,7 +61,7 @@ from .security import ZAP_ENDPOINT, keypair, zap_reply
 from .sockopts import DATA_MONITOR_EVENTS, HandshakeGuard, apply_data_options
 from .subscription import Subscription
 
-__all__ = ["HOT_PATH", "DataPlane", "Sender", "connectable"]
+__all__ = ["HOT_PATH", "DataPlane", "Entry", "Sender", "connectable"]
 
 log = logging.getLogger("aoz.node")
 
@@ -139,7 +139,7 @@ class DataPlane:
         self.messages_in = 0
         self.bytes_in = 0
         #: the send side of the hot path: frames out, and the publish counters
-        self.sender: _SenderPy = Sender(builder or FrameBuilder(Codec.MSGPACK))
+        self.sender: _SenderPy = Sender(builder or FrameBuilder(Codec.MSGPACK, entry_type=Entry))
         self.dropped_out = 0  # publishes dropped at a full queue (block node, block=False)
         self.blocked_sends = 0  # publishes that had to wait for room
         self.malformed = 0
@@ -738,12 +738,16 @@ def _constants() -> dict[str, int]:
             "AOZ_CODEC_IDS": AOZ_CODEC_IDS, "COPY_THRESHOLD": _COPY_THRESHOLD}
 
 
-_HOT_PATH_ABI = 2  # bump with any change to the functions' contract
+_HOT_PATH_ABI = 3  # bump with any change to the functions' contract
 _speedups_module = _compiled()
 #: which implementation of the hot path runs: "compiled" or "python"
 HOT_PATH = "python" if _speedups_module is None else "compiled"
 _drain_sub: Callable[[DataPlane, zmq.Socket[bytes]], int] = (
     _drain_sub_py if _speedups_module is None else _speedups_module.drain_sub
+)
+#: the FrameBuilder entries that go with Sender (the compiled Sender reads them from C)
+Entry: Callable[[bytes, bytes], _Entry] = (
+    _Entry if _speedups_module is None else _speedups_module.Entry
 )
 Sender: type[_SenderPy] = (
     _SenderPy if _speedups_module is None else cast(type[_SenderPy], _speedups_module.Sender)

@@ -43,7 +43,7 @@ import msgspec
 
 from ._tasks import TaskOwner
 from .config import Overflow, Settings, load_settings
-from .dataplane import HOT_PATH, DataPlane
+from .dataplane import HOT_PATH, DataPlane, Entry
 from .discovery.links import Driver
 from .discovery.peers import Peer, PeerEvent, PeerEventHub, PeerEventStream
 from .errors import (
@@ -127,6 +127,7 @@ class Node:
         self._frames = FrameBuilder(
             Codec[s.default_codec.upper()],  # MSGPACK, JSON or OMNM
             publisher=secrets.randbits(64) if s.sequence else None,
+            entry_type=Entry,  # what the hot path's Sender reads
         )
         self._plane = DataPlane(
             s, self._routes, self._interest, self._requests.on_reply, responder,

@@ -92,7 +92,7 @@ def receive(drain: Callable[[Any, Any], int], n: int) -> tuple[float, float]:
     return (t1 - t0) / n * 1e9, (t2 - t1) / n * 1e9
 
 
-def send(sender_type: Callable[[FrameBuilder], Any], n: int) -> float:
+def send(sender_type: Callable[[FrameBuilder], Any], entry: Any, n: int) -> float:
     """ns per Sender.publish of a 100 B payload into a real XPUB."""
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     pub = ctx.socket(zmq.XPUB)
@@ -104,7 +104,7 @@ def send(sender_type: Callable[[FrameBuilder], Any], n: int) -> float:
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     pub.recv()  # the subscription arrived
     try:
-        sender = sender_type(FrameBuilder(Codec.MSGPACK, publisher=7))
+        sender = sender_type(FrameBuilder(Codec.MSGPACK, publisher=7, entry_type=entry))
         sender.pub = pub
         publish = sender.publish
         publish(SUBJECT, BODY, None)  # the subject's header is built once, as on a node
@@ -160,8 +160,9 @@ def main(argv: list[str] | None = None) -> int:
             d, c = receive(drain, args.n)
             add(f"drain {name}", d)
             add(f"async for + msg.data ({name} drain)", c)
-        for name, sender in (("compiled", _speedups.Sender), ("python", _SenderPy)):
-            add(f"Sender.publish {name}", send(sender, args.n))
+        for name, sender, entry in (("compiled", _speedups.Sender, _speedups.Entry),
+                                    ("python", _SenderPy, None)):
+            add(f"Sender.publish {name}", send(sender, entry, args.n))
         p, raw = asyncio.run(node_publish(args.n))
         add(f"await node.publish ({dataplane.HOT_PATH})", p)
         add("raw sock.send", raw)

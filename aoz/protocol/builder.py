@@ -14,7 +14,7 @@ b'A.B\\x00\\x01\\x00\\x00x'
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..errors import SubjectError
 from .codecs import Codec, Verbatim, encode_payload
@@ -45,12 +45,21 @@ class _Entry:
 class FrameBuilder:
     """Builds publish, request and reply frames (see the module docstring)."""
 
-    __slots__ = ("_entries", "_headers", "_pid", "cache_max", "default_codec", "publisher")
+    __slots__ = ("_entries", "_entry", "_headers", "_pid", "cache_max", "default_codec",
+                 "publisher")
 
     def __init__(
-        self, default_codec: Codec, *, publisher: int | None = None, cache_max: int = _CACHE_MAX
+        self,
+        default_codec: Codec,
+        *,
+        publisher: int | None = None,
+        cache_max: int = _CACHE_MAX,
+        entry_type: Callable[[bytes, bytes], _Entry] | None = None,
     ) -> None:
         self.default_codec = default_codec
+        # the compiled hot path brings an entry type of its own (aoz._speedups.Entry:
+        # the same fields, readable from C)
+        self._entry = _Entry if entry_type is None else entry_type
         self.cache_max = cache_max
         #: the sequence header's publisher id; None: publications are not sequenced
         self.publisher = publisher
@@ -89,7 +98,7 @@ class FrameBuilder:
         if e is None:
             header = self.header(subject)
             raw = header + (b"\0" if self.publisher is None else bytes((FLAG,)) + self._pid)
-            e = self._entries[subject] = _Entry(header, raw)
+            e = self._entries[subject] = self._entry(header, raw)
         if self.publisher is None:
             if codec is None and type(data) is bytes:
                 return e.prefix + data

@@ -242,10 +242,12 @@ CALLS = [
 ]
 
 
-def drive(sender_type: Any, sequenced: bool) -> tuple[list[Any], list[bytes], int, int]:
+def drive(sender_type: Any, sequenced: bool, entry: Any = None
+          ) -> tuple[list[Any], list[bytes], int, int]:
     wire = Wire()
     try:
-        builder = FrameBuilder(Codec.MSGPACK, publisher=77 if sequenced else None)
+        builder = FrameBuilder(Codec.MSGPACK, publisher=77 if sequenced else None,
+                               entry_type=entry)
         sender = sender_type(builder)
         outcomes: list[Any] = []
         try:
@@ -268,8 +270,10 @@ def drive(sender_type: Any, sequenced: bool) -> tuple[list[Any], list[bytes], in
 @compiled
 @pytest.mark.parametrize("sequenced", [True, False])
 def test_the_senders_put_the_same_bytes_on_the_wire(sequenced: bool) -> None:
-    a, b = drive(_speedups.Sender, sequenced), drive(_SenderPy, sequenced)
+    a, b = drive(_speedups.Sender, sequenced, _speedups.Entry), drive(_SenderPy, sequenced)
     assert a == b
+    # a compiled Sender with the pure builder's entries takes the general path, alike
+    assert drive(_speedups.Sender, sequenced) == b
     outcomes, wire, messages, nbytes = a
     assert outcomes.count("sent") == 10 and len(wire) == 11 == messages
     assert nbytes == sum(map(len, wire))
@@ -278,10 +282,10 @@ def test_the_senders_put_the_same_bytes_on_the_wire(sequenced: bool) -> None:
 @compiled
 def test_the_senders_refuse_alike_at_a_full_queue() -> None:
     results = []
-    for sender_type in (_speedups.Sender, _SenderPy):
+    for sender_type, entry in ((_speedups.Sender, _speedups.Entry), (_SenderPy, None)):
         wire = Wire(hwm=5)
         try:
-            builder = FrameBuilder(Codec.MSGPACK, publisher=3)
+            builder = FrameBuilder(Codec.MSGPACK, publisher=3, entry_type=entry)
             sender = sender_type(builder)
             sender.pub = wire.pub
             sent, refused = 0, None
