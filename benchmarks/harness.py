@@ -41,12 +41,10 @@ MODULES = {
 RX_SYSTEMS = {"aoz-rx": "iter", "aoz-batch-rx": "batch"}
 # Send path only: the aoz publisher feeding the raw zmq.asyncio subscriber.
 TX_SYSTEMS = {"aoz-tx"}
-# aoz on its pure-Python hot path (AOZ_PURE_PYTHON=1 in every aoz process of the pair)
-PURE_ENV = {"AOZ_PURE_PYTHON": "1"}
-
-
+# The "-py" systems run aoz's pure-Python hot path (AOZ_PURE_PYTHON=1 in every process of
+# the pair); the others the default one (compiled, where it is built).
 def _env_of(system: str) -> dict[str, str]:
-    return PURE_ENV if system.endswith("-py") else {}
+    return {"AOZ_PURE_PYTHON": "1" if system.endswith("-py") else "0"}
 
 
 class BenchError(Exception):
