@@ -3,7 +3,7 @@
 
 Twins of ``_drain_sub_py`` and ``_SenderPy`` in ``aoz/dataplane.py``, with the
 same behaviour step for step (tests/hotpath runs both on the same input and compares
-everything they leave behind; CI runs the whole suite on each). What C buys here: the
+everything they leave behind; `make test` runs the suite on each). What C buys here: the
 subject search is a ``memchr`` on the frame's buffer instead of two method calls, the
 sequence header is read without ``struct``, a publish frame is built in one allocation,
 and the per-frame bookkeeping runs without the interpreter. ZeroMQ is still called

@@ -3,7 +3,7 @@ behave the same: the same frames leave the same messages, counters and calls beh
 and the same publish calls put the same bytes on the wire.
 
 These tests compare the two directly, whichever of them the node uses in this run;
-CI also runs the whole suite once on each (``AOZ_PURE_PYTHON=1``)."""
+`make test` also runs the suite once on each (``AOZ_PURE_PYTHON=1`` for the second)."""
 
 from __future__ import annotations
 
