@@ -77,6 +77,17 @@ def _version() -> str:
 __version__ = _version()
 
 
+def hot_path() -> str:
+    """Which implementation of the data plane's hot path this process runs:
+    ``"compiled"`` (aoz._speedups, built with the package) or ``"python"`` (the
+    pure-Python twin: where the extension could not be built, or with
+    ``AOZ_PURE_PYTHON=1``). Both behave the same; the compiled one is faster.
+    ``node.statistics().hot_path`` says the same."""
+    from .dataplane import HOT_PATH
+
+    return HOT_PATH
+
+
 def __dir__() -> list[str]:
     # `dir(aoz)` shows the public API only, not the modules and helpers behind it.
     return sorted(__all__)
@@ -118,6 +129,7 @@ __all__ = [
     "call",
     "check_reply",
     "connect",
+    "hot_path",
     "load_settings",
     "queues",
     "omnm",

@@ -36,9 +36,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from types import ModuleType
 from typing import cast
 
 import anyio
@@ -48,15 +50,18 @@ from zmq.utils.monitor import parse_monitor_message
 from .config import Settings
 from .errors import AozError, ConfigError, TransportError, WouldBlock
 from .interest import InterestSet
-from .message import Message, Responder
+from .message import Message, Responder, data_start
+from .protocol.builder import FrameBuilder, _Entry
+from .protocol.codecs import AOZ_CODEC_IDS, Codec
 from .protocol.frames import Kind, decode_frame, publish_subject_end
 from .protocol.sequence import FLAG, HEADER_LEN, PACK, SequenceTracker
+from .protocol.subjects import MAX_SUBJECT
 from .routing import RoutingTable
 from .security import ZAP_ENDPOINT, keypair, zap_reply
 from .sockopts import DATA_MONITOR_EVENTS, HandshakeGuard, apply_data_options
 from .subscription import Subscription
 
-__all__ = ["DataPlane", "connectable"]
+__all__ = ["HOT_PATH", "DataPlane", "Entry", "Sender", "connectable"]
 
 log = logging.getLogger("aoz.node")
 
@@ -96,6 +101,7 @@ class DataPlane:
         on_reply: Callable[[bytes, bytes, int, float], None],
         responder: Responder,
         inbox_filter: bytes,
+        builder: FrameBuilder | None = None,
     ) -> None:
         self.settings = settings
         self._routes = routes
@@ -132,14 +138,22 @@ class DataPlane:
 
         self.messages_in = 0
         self.bytes_in = 0
-        self.messages_out = 0
-        self.bytes_out = 0
+        #: the send side of the hot path: frames out, and the publish counters
+        self.sender: _SenderPy = Sender(builder or FrameBuilder(Codec.MSGPACK, entry_type=Entry))
         self.dropped_out = 0  # publishes dropped at a full queue (block node, block=False)
         self.blocked_sends = 0  # publishes that had to wait for room
         self.malformed = 0
         self.lost = 0  # messages known missing upstream (sequence gaps), all subscriptions
         self.counters: dict[str, int] = {}
         self.sequences = SequenceTracker()
+
+    @property
+    def messages_out(self) -> int:
+        return self.sender.messages_out
+
+    @property
+    def bytes_out(self) -> int:
+        return self.sender.bytes_out
 
     def count(self, counter: str, n: int = 1) -> None:
         self.counters[counter] = self.counters.get(counter, 0) + n
@@ -157,6 +171,7 @@ class DataPlane:
             pub: zmq.Socket[bytes] = self._ctx.socket(zmq.XPUB)
             sub: zmq.Socket[bytes] = self._ctx.socket(zmq.SUB)
             self._pub, self._sub = pub, sub
+            self.sender.pub = pub
             if self._curve:
                 self._setup_curve(pub, sub)
             # every option and why: aoz/sockopts.py (sizes, handshakes, back-off, liveness)
@@ -317,58 +332,7 @@ class DataPlane:
         raise TransportError(f"{what} failed: {exc}") from exc
 
     def _drain_sub(self, sock: zmq.Socket[bytes]) -> int:
-        # The hot path: a publish frame on a subject seen before costs one parse, one
-        # slice, one dict lookup and one Message per frame, wildcards included.
-        recv = sock.recv
-        noblock = zmq.NOBLOCK
-        cache = self._routes.cache
-        scan = publish_subject_end
-        publish = Kind.PUBLISH
-        responder = self._responder
-        unpack = PACK.unpack_from
-        last_seen = self.sequences.last_seen
-        seq_end = 3 + HEADER_LEN
-        now = time.time()
-        n = 0
-        nbytes = 0
-        try:
-            while n < _BATCH and not self._holds:
-                frame = recv(noblock)
-                n += 1
-                flen = len(frame)
-                nbytes += flen
-                nul = scan(frame)
-                if nul > 0:
-                    sb = frame[:nul]
-                    subs = cache.get(sb)
-                    if subs is None:
-                        subs = self._routes.route(sb)
-                        if subs is None:
-                            self.malformed += 1
-                            continue
-                    if subs:
-                        msg = Message(frame, nul, nul + 3, publish, None, now, responder)
-                        if flen >= nul + seq_end and frame[nul + 3] & FLAG:
-                            # the next number from the subject's last publisher costs
-                            # one unpack and one lookup; anything else takes _sequence
-                            pid, seq = unpack(frame, nul + 4)
-                            st = last_seen.get(sb)
-                            if st is not None and st[0] == pid and seq == st[1] + 1:
-                                st[1] = seq
-                            else:
-                                self._sequence(sb, pid, seq, msg, subs)
-                        for s in subs:
-                            s.push(msg)
-                else:
-                    self._other_frame(frame, now)
-        except zmq.Again:
-            pass
-        except zmq.ZMQError as exc:
-            self._socket_error(exc, "receiving on the data socket")
-        finally:
-            self.messages_in += n
-            self.bytes_in += nbytes
-        return n
+        return _drain_sub(self, sock)
 
     def _sequence(
         self, subject: bytes, publisher: int, seq: int, msg: Message,
@@ -416,8 +380,9 @@ class DataPlane:
             return
         if subs:
             reply = fr.reply.decode("ascii") if fr.reply is not None else None
-            msg = Message(frame, len(fr.subject), fr.payload_start, fr.kind, reply, now,
-                          self._responder)
+            start = fr.payload_start
+            msg = Message(frame, len(fr.subject), start, data_start(frame, start), fr.kind,
+                          reply, now, self._responder)
             for s in subs:
                 s.push(msg)
 
@@ -509,29 +474,8 @@ class DataPlane:
         self._kick(self._sub)
 
     def send(self, frame: bytes) -> None:
-        """Hand one frame to ZeroMQ without waiting.
-
-        With ``send_policy="drop"`` ZeroMQ never refuses (a full subscriber queue drops
-        for that subscriber). With ``"block"`` a full queue raises :class:`WouldBlock`.
-        """
-        pub = self._pub
-        if pub is None:
-            raise TransportError("the data publisher is not open")
-        n = len(frame)
-        try:
-            if n < _COPY_THRESHOLD:
-                _send(pub, frame, zmq.NOBLOCK)
-            else:
-                pub.send(frame, zmq.NOBLOCK, copy=False)
-        except zmq.Again:
-            raise WouldBlock(
-                "a subscriber's queue at this publisher is full; `await node.publish(...)` "
-                "waits for room"
-            ) from None
-        except zmq.ZMQError as exc:
-            raise TransportError(f"publish failed: {exc}") from exc
-        self.messages_out += 1
-        self.bytes_out += n
+        """Hand one frame to ZeroMQ without waiting (:meth:`_SenderPy.send`)."""
+        self.sender.send(frame)
 
     def send_batch(self, frames: Sequence[bytes], start: int = 0) -> int:
         """Send ``frames[start:]`` in order until ZeroMQ would block; returns the index of
@@ -539,6 +483,7 @@ class DataPlane:
         pub = self._pub
         if pub is None:
             raise TransportError("the data publisher is not open")
+        sender = self.sender
         i = start
         nbytes = 0
         noblock = zmq.NOBLOCK
@@ -554,8 +499,8 @@ class DataPlane:
         except zmq.ZMQError as exc:
             raise TransportError(f"publish failed: {exc}") from exc
         finally:
-            self.messages_out += i - start
-            self.bytes_out += nbytes
+            sender.messages_out += i - start
+            sender.bytes_out += nbytes
         return i
 
     def send_or_drop(self, frame: bytes) -> None:
@@ -634,3 +579,176 @@ class DataPlane:
     def link_up(self, endpoint: str) -> bool:
         """Whether the data SUB currently has a live connection to ``endpoint``."""
         return self._link_state.get(endpoint, False)
+
+
+# ---------------------------------------------------------------------- the hot path
+# Two implementations of the same function and class: the pure-Python ones below, and
+# aoz/_speedups.pyx, compiled when the package is built (setup.py). They behave
+# identically (tests/hotpath checks them against each other, and CI runs the whole
+# suite on each); the compiled one is used when it imports, unless AOZ_PURE_PYTHON=1.
+
+def _drain_sub_py(plane: DataPlane, sock: zmq.Socket[bytes]) -> int:
+    """Drain up to ``_BATCH`` frames of the data SUB (see the module docstring).
+
+    A publish frame on a subject seen before costs one parse, one slice, one dict
+    lookup and one Message; messages are collected per subscription and handed over
+    with one ``push_many`` each at the end (a subscription with ``overflow="block"``
+    takes them one at a time, so that the drain stops at the frame that fills it).
+    """
+    recv = sock.recv
+    noblock = zmq.NOBLOCK
+    routes = plane._routes
+    cache = routes.cache
+    scan = publish_subject_end
+    publish = Kind.PUBLISH
+    responder = plane._responder
+    unpack = PACK.unpack_from
+    last_seen = plane.sequences.last_seen
+    pending: dict[Subscription, list[Message]] = {}
+    now = time.time()
+    n = 0
+    nbytes = 0
+    try:
+        while n < _BATCH and not plane._holds:
+            frame = recv(noblock)
+            n += 1
+            flen = len(frame)
+            nbytes += flen
+            nul = scan(frame)
+            if nul > 0:
+                sb = frame[:nul]
+                subs = cache.get(sb)
+                if subs is None:
+                    subs = routes.route(sb)
+                    if subs is None:
+                        plane.malformed += 1
+                        continue
+                if subs:
+                    # data_start, inline: after the codec byte or the sequence header
+                    start = data = nul + 3
+                    first = frame[start] if flen > start else 0x7F
+                    if first & FLAG:
+                        if first & 0x7F < AOZ_CODEC_IDS and flen >= start + HEADER_LEN:
+                            data = start + HEADER_LEN
+                    elif first < AOZ_CODEC_IDS:
+                        data = start + 1
+                    msg = Message(frame, nul, start, data, publish, None, now, responder)
+                    if data - start == HEADER_LEN:
+                        # sequenced: the next number from the subject's last publisher
+                        # costs one unpack and one lookup; anything else takes _sequence
+                        pid, seq = unpack(frame, start + 1)
+                        st = last_seen.get(sb)
+                        if st is not None and st[0] == pid and seq == st[1] + 1:
+                            st[1] = seq
+                        else:
+                            plane._sequence(sb, pid, seq, msg, subs)
+                    for s in subs:
+                        if s._block:
+                            s.push(msg)
+                        else:
+                            queued = pending.get(s)
+                            if queued is None:
+                                pending[s] = [msg]
+                            else:
+                                queued.append(msg)
+            else:
+                if pending:  # keep each subscription's messages in arrival order
+                    _hand_over(pending)
+                plane._other_frame(frame, now)
+    except zmq.Again:
+        pass
+    except zmq.ZMQError as exc:
+        plane._socket_error(exc, "receiving on the data socket")
+    finally:
+        if pending:
+            _hand_over(pending)
+        plane.messages_in += n
+        plane.bytes_in += nbytes
+    return n
+
+
+def _hand_over(pending: dict[Subscription, list[Message]]) -> None:
+    for s, msgs in pending.items():
+        s.push_many(msgs)
+    pending.clear()
+
+
+class _SenderPy:
+    """The send side of the hot path: one node's publish frames and their counters.
+
+    ``publish`` builds a publish frame with the node's :class:`FrameBuilder` and sends
+    it; ``send`` sends a ready frame. With ``send_policy="drop"`` ZeroMQ never refuses
+    (a full subscriber queue drops for that subscriber); with ``"block"`` a full queue
+    raises :class:`WouldBlock`. Twin of ``aoz._speedups.Sender``.
+    """
+
+    __slots__ = ("_builder", "bytes_out", "messages_out", "pub")
+
+    def __init__(self, builder: FrameBuilder) -> None:
+        self._builder = builder
+        self.pub: zmq.Socket[bytes] | None = None  # set when the data plane opens
+        self.messages_out = 0
+        self.bytes_out = 0
+
+    def publish(self, subject: str, data: object, codec: Codec | None) -> None:
+        self.send(self._builder.publish(subject, data, codec))
+
+    def send(self, frame: bytes) -> None:
+        pub = self.pub
+        if pub is None:
+            raise TransportError("the data publisher is not open")
+        n = len(frame)
+        try:
+            if n < _COPY_THRESHOLD:
+                _send(pub, frame, zmq.NOBLOCK)
+            else:
+                pub.send(frame, zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            raise WouldBlock(
+                "a subscriber's queue at this publisher is full; `await node.publish(...)` "
+                "waits for room"
+            ) from None
+        except zmq.ZMQError as exc:
+            raise TransportError(f"publish failed: {exc}") from exc
+        self.messages_out += 1
+        self.bytes_out += n
+
+
+def _compiled() -> ModuleType | None:
+    """aoz._speedups when it is built, current and wanted, else None."""
+    if os.environ.get("AOZ_PURE_PYTHON", "") not in ("", "0"):
+        log.debug("aoz hot path: pure Python (AOZ_PURE_PYTHON is set)")
+        return None
+    try:
+        from . import _speedups
+    except ImportError as exc:
+        log.debug("aoz hot path: pure Python (the compiled module is not built: %s)", exc)
+        return None
+    if _speedups.ABI != _HOT_PATH_ABI or _constants() != _speedups.CONSTANTS:
+        log.warning("aoz._speedups is out of date with this source tree (rebuild it with "
+                    "`pip install -e .`); using the pure-Python hot path")
+        return None
+    log.debug("aoz hot path: compiled (%s)", _speedups.__file__)
+    return _speedups
+
+
+def _constants() -> dict[str, int]:
+    """The protocol's numbers that the compiled module has built in."""
+    return {"BATCH": _BATCH, "MAX_SUBJECT": MAX_SUBJECT, "HEADER_LEN": HEADER_LEN,
+            "AOZ_CODEC_IDS": AOZ_CODEC_IDS, "COPY_THRESHOLD": _COPY_THRESHOLD}
+
+
+_HOT_PATH_ABI = 3  # bump with any change to the functions' contract
+_speedups_module = _compiled()
+#: which implementation of the hot path runs: "compiled" or "python"
+HOT_PATH = "python" if _speedups_module is None else "compiled"
+_drain_sub: Callable[[DataPlane, zmq.Socket[bytes]], int] = (
+    _drain_sub_py if _speedups_module is None else _speedups_module.drain_sub
+)
+#: the FrameBuilder entries that go with Sender (the compiled Sender reads them from C)
+Entry: Callable[[bytes, bytes], _Entry] = (
+    _Entry if _speedups_module is None else _speedups_module.Entry
+)
+Sender: type[_SenderPy] = (
+    _SenderPy if _speedups_module is None else cast(type[_SenderPy], _speedups_module.Sender)
+)

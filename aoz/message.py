@@ -7,16 +7,17 @@ almost nothing.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Protocol, TypeVar, overload
 
 import msgspec
 
-from .errors import AozError
+from .errors import AozError, ClosedError
 from .protocol.codecs import AOZ_CODEC_IDS, Codec, decode_payload, split_payload
 from .protocol.frames import Kind
 from .protocol.sequence import FLAG, HEADER_LEN, PACK
 
-__all__ = ["Message", "Responder"]
+__all__ = ["Message", "Responder", "WeakResponder", "data_start"]
 
 T = TypeVar("T")
 
@@ -27,11 +28,53 @@ class Responder(Protocol):
     async def respond_to(self, handle: str, data: object, codec: Codec | None) -> None: ...
 
 
+def data_start(frame: bytes, start: int) -> int:
+    """Where the data of the payload at ``frame[start:]`` begins: after aoz's codec byte,
+    after the whole sequence header (codec byte with FLAG, then 12 bytes) when there is
+    one, and at ``start`` for payloads that are not aoz's (omnm, foreign bytes).
+
+    >>> data_start(b"S\0\x01\0\x01ab", 4), data_start(b"S\0\x01\0Oab", 4)
+    (5, 4)
+    """
+    if len(frame) > start:
+        first = frame[start]
+        if first & FLAG:
+            if first & ~FLAG < _KNOWN_IDS and len(frame) >= start + HEADER_LEN:
+                return start + HEADER_LEN
+        elif first < _KNOWN_IDS:
+            return start + 1
+    return start
+
+
+class WeakResponder:
+    """A node as its messages hold it: weakly.
+
+    Messages are not tracked by Python's cyclic garbage collector (``gc=False``): a
+    receiver builds one per frame, keeps thousands queued, and a collector walking
+    them cost about a third of the receive path. That is safe only if a message can
+    never be part of a reference cycle, and what it holds (bytes, str, numbers, this
+    object) refers to nothing that could lead back to it: the node, which does (its
+    subscriptions queue messages), is reached through a weak reference.
+    """
+
+    __slots__ = ("_ref",)
+
+    def __init__(self, node: Responder) -> None:
+        self._ref = weakref.ref(node)
+
+    async def respond_to(self, handle: str, data: object, codec: Codec | None) -> None:
+        node = self._ref()
+        if node is None:
+            raise ClosedError("the node that received this request is gone; it cannot be "
+                              "answered")
+        await node.respond_to(handle, data, codec)
+
+
 # payload ids below this are aoz codecs (see aoz.protocol.codecs.Codec)
 _KNOWN_IDS = AOZ_CODEC_IDS  # omnm ('O') and foreign payloads have no aoz byte
 
 
-class Message(msgspec.Struct, repr_omit_defaults=True, eq=False):
+class Message(msgspec.Struct, repr_omit_defaults=True, eq=False, gc=False):
     """One received publication, request or reply.
 
     >>> # inside `async for msg in node.subscribe("MD.>")`:
@@ -46,12 +89,15 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False):
             just before this one (0 normally; see :attr:`sequence`).
 
     A message is a ``msgspec.Struct`` only because that is the cheapest Python object
-    to build: the node makes one per received frame. Build messages through a node.
+    to build: the node makes one per received frame. It is not tracked by the cyclic
+    garbage collector, so it holds its node only weakly (:class:`WeakResponder`).
+    Build messages through a node.
     """
 
     _frame: bytes
     _nul: int
-    _start: int
+    _start: int  # the payload
+    _data: int  # the data: after the codec byte, or the sequence header (data_start)
     kind: Kind
     reply: str | None
     received_at: float
@@ -75,8 +121,7 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False):
         return self._frame[self._start :]
 
     def _sequenced(self) -> bool:
-        f, st = self._frame, self._start
-        return len(f) >= st + HEADER_LEN and f[st] & FLAG != 0 and f[st] & ~FLAG < _KNOWN_IDS
+        return self._data - self._start == HEADER_LEN
 
     def _split(self) -> tuple[Codec, bytes]:
         if self._sequenced():
@@ -92,15 +137,7 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False):
     @property
     def data(self) -> bytes:
         """The payload without aoz's header (whole for omnm and foreign payloads)."""
-        f, st = self._frame, self._start
-        if len(f) > st:
-            first = f[st]
-            if first & FLAG:
-                if first & ~FLAG < _KNOWN_IDS and len(f) >= st + HEADER_LEN:
-                    return f[st + HEADER_LEN :]
-            elif first < _KNOWN_IDS:
-                return f[st + 1 :]
-        return f[st:]
+        return self._frame[self._data :]
 
     @property
     def publisher(self) -> int | None:

@@ -33,7 +33,7 @@ import socket
 import sys
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ import msgspec
 
 from ._tasks import TaskOwner
 from .config import Overflow, Settings, load_settings
-from .dataplane import DataPlane
+from .dataplane import HOT_PATH, DataPlane, Entry
 from .discovery.links import Driver
 from .discovery.peers import Peer, PeerEvent, PeerEventHub, PeerEventStream
 from .errors import (
@@ -57,7 +57,7 @@ from .errors import (
 )
 from .interest import InterestSet
 from .liveness import PeerLinks
-from .message import Message
+from .message import Message, WeakResponder
 from .protocol.builder import FrameBuilder
 from .protocol.codecs import Codec
 from .protocol.frames import publish_subject_end
@@ -95,6 +95,7 @@ class NodeStatistics(msgspec.Struct, frozen=True, kw_only=True):
     peers: int
     subscriptions: list[SubscriptionStatistics]
     discovery: dict[str, int]
+    hot_path: str  #: "compiled" or "python": which data-plane hot path runs (aoz.hot_path())
 
 
 class Node:
@@ -120,17 +121,21 @@ class Node:
         self._owner = TaskOwner(f"aoz-node-{self.uuid[:8]}", on_failure=self._on_failure)
         self._routes: RoutingTable[Subscription] = RoutingTable()
         self._interest = InterestSet()
-        self._requests = Requests(self.uuid, self)
-        self._plane = DataPlane(
-            s, self._routes, self._interest, self._requests.on_reply, self,
-            self._requests.inbox_filter,
-        )
-        self._driver: Driver | None = None
-        self._peer_hub = PeerEventHub()
+        # messages hold the node weakly (they are not tracked by the cyclic GC)
+        responder = WeakResponder(self)
+        self._requests = Requests(self.uuid, responder)
         self._frames = FrameBuilder(
             Codec[s.default_codec.upper()],  # MSGPACK, JSON or OMNM
             publisher=secrets.randbits(64) if s.sequence else None,
+            entry_type=Entry,  # what the hot path's Sender reads
         )
+        self._plane = DataPlane(
+            s, self._routes, self._interest, self._requests.on_reply, responder,
+            self._requests.inbox_filter, self._frames,
+        )
+        self._sender = self._plane.sender  # the hot path's send side
+        self._driver: Driver | None = None
+        self._peer_hub = PeerEventHub()
         self._blocking = s.send_policy == "block"
         self._links = PeerLinks(self.uuid, self._plane, self._interest, self._peer_hub,
                                 lambda: self.peers)
@@ -267,9 +272,8 @@ class Node:
         """
         if not self._open:
             self._check_open()
-        frame = self._frames.publish(subject, data, codec)
         try:
-            self._plane.send(frame)
+            self._sender.publish(subject, data, codec)
         except WouldBlock as exc:
             self._frames.rewind(subject)  # not sent: a retry reuses the number
             exc.subject = subject
@@ -296,15 +300,20 @@ class Node:
         """
         if not self._open:
             self._check_open()
-        frame = self._frames.publish(subject, data, codec)
         if not self._blocking:
             if block:
                 raise ConfigError(
                     "publish(block=True) needs a node with send_policy='block' "
                     "(aoz.connect(send_policy='block'))"
                 )
-            self._plane.send(frame)
-        elif block is False:
+            self._sender.publish(subject, data, codec)
+            self._sends_since_yield += 1
+            if self._sends_since_yield >= _YIELD_EVERY:
+                self._sends_since_yield = 0
+                await asyncio.sleep(0)
+            return
+        frame = self._frames.publish(subject, data, codec)
+        if block is False:
             self._plane.send_or_drop(frame)
         else:
             try:
@@ -315,6 +324,31 @@ class Node:
         if self._sends_since_yield >= _YIELD_EVERY:
             self._sends_since_yield = 0
             await asyncio.sleep(0)
+
+    async def publish_many(
+        self, subject: str, items: Iterable[object], *, codec: Codec | None = None
+    ) -> None:
+        """Publish every item of ``items`` on ``subject``, in order: what a loop of
+        :meth:`publish` does, in one call (about half the cost per message).
+
+        The items are encoded first (an item that cannot be encoded raises before
+        anything is sent or numbered), then handed to ZeroMQ together; with
+        ``send_policy="block"`` it waits for room as :meth:`publish` does, so nothing is
+        dropped (cancelled while it waits, the rest is not sent, and subscribers count
+        it as lost).
+
+        >>> await node.publish_many("MD.NYSE.IBM", [q1, q2, q3])  # doctest: +SKIP
+        """
+        self._check_open()
+        frames = self._frames.publish_many(subject, items, codec)
+        sent = 0
+        while True:
+            sent = self._plane.send_batch(frames, sent)
+            if sent >= len(frames):
+                break
+            await self._plane.send_when_ready(frames[sent])
+            sent += 1
+        await asyncio.sleep(0)  # a tight loop of batches must not starve the node
 
     async def publish_frames(
         self, frames: Sequence[bytes], *, timeout: float | None = None
@@ -636,6 +670,7 @@ class Node:
             subscriptions=sorted((s.statistics() for s in self._routes),
                                  key=lambda s: s.pattern),
             discovery=disc,
+            hot_path=HOT_PATH,
         )
 
     def __repr__(self) -> str:

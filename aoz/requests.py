@@ -23,7 +23,7 @@ from collections.abc import Callable
 import anyio
 
 from .errors import ClosedError, DecodeError, RequestTimeout
-from .message import Message, Responder
+from .message import Message, Responder, data_start
 from .protocol.frames import Kind
 from .protocol.inbox import InboxTable
 from .subscription import Mailbox
@@ -156,7 +156,8 @@ class Requests:
         if waiter is None:
             self.replies_dropped += 1
             return
-        msg = Message(frame, len(subject), start, Kind.REPLY, None, now, self._responder)
+        msg = Message(frame, len(subject), start, data_start(frame, start), Kind.REPLY, None,
+                      now, self._responder)
         if isinstance(waiter, ReplyStream):
             waiter.push(msg)
         else:

@@ -115,6 +115,32 @@ class Mailbox(Generic[T]):
         if self._waiters:
             self._wake_one()
 
+    def push_many(self, items: list[T]) -> None:
+        """``push`` of each item in order, in one call: the receive path collects a
+        drain's messages per subscription and hands them over at the end of the drain.
+        Not for ``overflow="block"`` mailboxes (their producer must stop at the item
+        that fills the queue, so they take one ``push`` at a time)."""
+        k = len(items)
+        self.received += k
+        q = self._queue
+        room = self._limit - len(q)
+        if k <= room:
+            q.extend(items)
+        elif self.drop_oldest:
+            q.extend(items)
+            excess = len(q) - self._limit  # one per arrival at a full queue, as push
+            for _ in range(excess):
+                q.popleft()
+            self.dropped += excess
+            self._overflowed()
+        else:
+            q.extend(items[:room])
+            self.dropped += k - room
+            self._overflowed()
+        waiters = self._waiters
+        for _ in range(min(k, len(waiters))):
+            self._wake_one()
+
     def _took(self) -> None:
         """A consumer took items: a held producer may go on once the queue is half empty."""
         if self._held and len(self._queue) <= self._limit // 2:
@@ -123,7 +149,7 @@ class Mailbox(Generic[T]):
                 self._on_room()
 
     def _overflowed(self) -> None:
-        """Called on every drop; subclasses report it."""
+        """Called when items were dropped; subclasses report it."""
 
     def _wake_one(self) -> None:
         waiters = self._waiters

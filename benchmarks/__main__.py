@@ -40,13 +40,15 @@ PUBSUB_SYSTEMS = [
     "zmq.asyncio",
     "aoz",
     "aoz-batch",
+    "aoz-py",
+    "aoz-batch-py",
     "aoz-rx",
     "aoz-batch-rx",
     "aoz-tx",
     "nats",
     "zenoh",
 ]
-RR_SYSTEMS = ["zmq", "zmq.asyncio", "aoz", "nats", "zenoh"]
+RR_SYSTEMS = ["zmq", "zmq.asyncio", "aoz", "aoz-py", "nats", "zenoh"]
 MEM_SYSTEMS = ["zmq", "aoz", "nats", "zenoh"]
 SIZES = {"100B": 100, "1KiB": 1024}
 
@@ -170,6 +172,30 @@ RATIOS: list[tuple[str, str, tuple[str, str], tuple[str, str], str, float]] = [
         "aoz async-for / zenoh, 100 B",
         ("pubsub_100B", "aoz"),
         ("pubsub_100B", "zenoh"),
+        ">=",
+        1.0,
+    ),
+    (
+        "iter_py_vs_zenoh_100B",
+        "aoz async-for / zenoh, 100 B, pure-Python hot path",
+        ("pubsub_100B", "aoz-py"),
+        ("pubsub_100B", "zenoh"),
+        "",
+        0.0,
+    ),
+    (
+        "batch_py_vs_zmqasyncio_100B",
+        "aoz batches() / zmq.asyncio batched, 100 B, pure-Python hot path",
+        ("pubsub_100B", "aoz-batch-py"),
+        ("pubsub_100B", "zmq.asyncio"),
+        "",
+        0.0,
+    ),
+    (
+        "iter_compiled_vs_py_100B",
+        "aoz async-for, compiled / pure-Python hot path, 100 B",
+        ("pubsub_100B", "aoz"),
+        ("pubsub_100B", "aoz-py"),
         "",
         0.0,
     ),
@@ -201,6 +227,14 @@ RATIOS: list[tuple[str, str, tuple[str, str], tuple[str, str], str, float]] = [
         "rr64_vs_zmqasyncio",
         "aoz 64-in-flight req/s / zmq.asyncio",
         ("rr_rps64", "aoz"),
+        ("rr_rps64", "zmq.asyncio"),
+        "",
+        0.0,
+    ),
+    (
+        "rr64_py_vs_zmqasyncio",
+        "aoz 64-in-flight req/s / zmq.asyncio, pure-Python hot path",
+        ("rr_rps64", "aoz-py"),
         ("rr_rps64", "zmq.asyncio"),
         "",
         0.0,
@@ -272,6 +306,10 @@ def versions(nats: NatsServer) -> dict[str, str]:
         v["libzmq"] = zmq.zmq_version()
     except ImportError:
         v["libzmq"] = "missing"
+    # what the "aoz" systems run; the "-py" systems run with AOZ_PURE_PYTHON=1
+    import aoz
+
+    v["aoz hot path"] = aoz.hot_path()
     if nats.available and not nats.version:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             out = subprocess.run([str(nats.binary), "--version"], capture_output=True, timeout=10)

@@ -31,6 +31,8 @@ MODULES = {
     "zmq.asyncio": "zmq_async",
     "aoz": "aoz_node",
     "aoz-batch": "aoz_node",
+    "aoz-py": "aoz_node",
+    "aoz-batch-py": "aoz_node",
     "nats": "nats_client",
     "zenoh": "zenoh_peer",
 }
@@ -39,6 +41,10 @@ MODULES = {
 RX_SYSTEMS = {"aoz-rx": "iter", "aoz-batch-rx": "batch"}
 # Send path only: the aoz publisher feeding the raw zmq.asyncio subscriber.
 TX_SYSTEMS = {"aoz-tx"}
+# The "-py" systems run aoz's pure-Python hot path (AOZ_PURE_PYTHON=1 in every process of
+# the pair); the others the default one (compiled, where it is built).
+def _env_of(system: str) -> dict[str, str]:
+    return {"AOZ_PURE_PYTHON": "1" if system.endswith("-py") else "0"}
 
 
 class BenchError(Exception):
@@ -51,7 +57,8 @@ class Proc:
     def __init__(self, module: str, action: str, p: dict[str, Any]) -> None:
         self.name = f"{module} {action}"
         self._err = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop())
-        env = dict(os.environ)
+        p = dict(p)
+        env = {**os.environ, **p.pop("env", {})}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         env.setdefault("PYTHONUNBUFFERED", "1")
         self.popen = subprocess.Popen(
@@ -202,7 +209,7 @@ def _pair_params(system: str, nats_url: str) -> tuple[str, dict[str, Any], dict[
     if system == "zenoh":
         port = free_port()
         return "pub", {"port": port}, {"port": port}
-    extra = {"mode": "batch"} if system == "aoz-batch" else {}
+    extra = {"mode": "batch"} if system in ("aoz-batch", "aoz-batch-py") else {}
     return "pub", {}, extra
 
 
@@ -227,8 +234,9 @@ def run_pubsub(
     else:
         pub_module = sub_module = MODULES[system]
         first, pub_p, sub_p = _pair_params(system, nats_url)
-    pub_p = {**pub_p, **(pub_extra or {}), "size": size, "n": n}
-    sub_p = {**sub_p, **(sub_extra or {}), "n": n, "deadline": timeout}
+    env = _env_of(system)
+    pub_p = {**pub_p, **(pub_extra or {}), "size": size, "n": n, "env": env}
+    sub_p = {**sub_p, **(sub_extra or {}), "n": n, "deadline": timeout, "env": env}
     pub_action, sub_action = ("stallpub", "stallsub") if stall else ("pub", "sub")
     if first == "pub":
         with started(pub_module, pub_action, pub_p) as pub:
@@ -285,12 +293,13 @@ def run_reqrep(
         "window": 64,
         "deadline": timeout,
     }
-    rep_p: dict[str, Any] = {}
+    rep_p: dict[str, Any] = {"env": _env_of(system)}
+    req_p["env"] = rep_p["env"]
     if system == "nats":
         rep_p["url"] = req_p["url"] = nats_url
     elif system == "zenoh":
         rep_p["port"] = req_p["port"] = free_port()
-    elif system == "aoz":
+    elif system in ("aoz", "aoz-py"):
         bind = f"tcp://127.0.0.1:{free_port()}"
         rep_p["peer"] = req_p["bind"] = bind
     with started(module, "rep", rep_p) as rep:

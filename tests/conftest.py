@@ -20,3 +20,8 @@ async def static_pair() -> AsyncIterator[tuple[aoz.Node, aoz.Node]]:
         )
         a.connect_peer(b.endpoint)
         yield a, b
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    # CI runs the suite on each hot path (see the Makefile); say which this run is on
+    return f"aoz hot path: {aoz.hot_path()}"

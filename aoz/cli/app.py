@@ -33,7 +33,7 @@ def build_app() -> typer.Typer:
         if value:
             import aoz
 
-            print(f"aoz {aoz.__version__}")
+            print(f"aoz {aoz.__version__} (hot path: {aoz.hot_path()})")
             raise typer.Exit(0)
 
     @app.callback()

@@ -14,6 +14,7 @@ b'A.B\\x00\\x01\\x00\\x00x'
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Iterable
 
 from ..errors import SubjectError
 from .codecs import Codec, Verbatim, encode_payload
@@ -44,12 +45,21 @@ class _Entry:
 class FrameBuilder:
     """Builds publish, request and reply frames (see the module docstring)."""
 
-    __slots__ = ("_entries", "_headers", "_pid", "cache_max", "default_codec", "publisher")
+    __slots__ = ("_entries", "_entry", "_headers", "_pid", "cache_max", "default_codec",
+                 "publisher")
 
     def __init__(
-        self, default_codec: Codec, *, publisher: int | None = None, cache_max: int = _CACHE_MAX
+        self,
+        default_codec: Codec,
+        *,
+        publisher: int | None = None,
+        cache_max: int = _CACHE_MAX,
+        entry_type: Callable[[bytes, bytes], _Entry] | None = None,
     ) -> None:
         self.default_codec = default_codec
+        # the compiled hot path brings an entry type of its own (aoz._speedups.Entry:
+        # the same fields, readable from C)
+        self._entry = _Entry if entry_type is None else entry_type
         self.cache_max = cache_max
         #: the sequence header's publisher id; None: publications are not sequenced
         self.publisher = publisher
@@ -88,7 +98,7 @@ class FrameBuilder:
         if e is None:
             header = self.header(subject)
             raw = header + (b"\0" if self.publisher is None else bytes((FLAG,)) + self._pid)
-            e = self._entries[subject] = _Entry(header, raw)
+            e = self._entries[subject] = self._entry(header, raw)
         if self.publisher is None:
             if codec is None and type(data) is bytes:
                 return e.prefix + data
@@ -102,6 +112,21 @@ class FrameBuilder:
             e.seq -= 1  # a foreign payload (omnm...) goes out as it is
             return e.header + body
         return b"".join((e.header, bytes((body[0] | FLAG,)), self._pid, _U32(seq), body[1:]))
+
+    def publish_many(
+        self, subject: str, items: Iterable[object], codec: Codec | None = None
+    ) -> list[bytes]:
+        """The publish frames of every item; if one cannot be encoded, the error is
+        raised and the subject's sequence is left as it was (nothing was numbered)."""
+        e = self._entries.get(subject)
+        start = 0 if e is None else e.seq
+        try:
+            return [self.publish(subject, data, codec) for data in items]
+        except BaseException:
+            e = self._entries.get(subject)
+            if e is not None:
+                e.seq = start
+            raise
 
     def rewind(self, subject: str) -> None:
         """The last frame built for ``subject`` was not sent: reuse its sequence number."""

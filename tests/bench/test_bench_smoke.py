@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 # figure -> systems that must report a value > 0
-PUBSUB = ["zmq", "zmq.asyncio", "aoz", "aoz-batch", "aoz-rx", "aoz-batch-rx", "aoz-tx", "zenoh"]
-RR = ["zmq", "zmq.asyncio", "aoz", "zenoh"]
+PUBSUB = ["zmq", "zmq.asyncio", "aoz", "aoz-batch", "aoz-py", "aoz-batch-py", "aoz-rx",
+          "aoz-batch-rx", "aoz-tx", "zenoh"]
+RR = ["zmq", "zmq.asyncio", "aoz", "aoz-py", "zenoh"]
 MEM = ["zmq", "aoz", "zenoh"]
 
 

@@ -169,3 +169,22 @@ def test_tracker_is_bounded() -> None:
     for i in range(100):
         assert t.check(b"s%d" % i, 1, 5) == 0
         assert t.count <= 10
+
+
+async def test_a_foreign_payload_with_the_high_bit_set_is_not_taken_for_a_sequence(
+    static_pair: tuple[aoz.Node, aoz.Node],
+) -> None:
+    """A payload that is not aoz's (Verbatim, another program's bytes) may start with a
+    byte of 0x84..0xff (0x80..0x83 are aoz's sequenced codecs): with 12 bytes after it, it
+    must not be read as a sequence header, or random 'numbers' would count as lost."""
+    a, b = static_pair
+    async with b.subscribe("FOREIGN") as sub:
+        await a.wait_for_interest("FOREIGN")
+        bodies = [bytes([0x84 + i]) + struct.pack("<QI", 1000, 7 * i) + b"zz"
+                  for i in range(50)]
+        for body in bodies:
+            await a.publish("FOREIGN", aoz.Verbatim(body))
+        got = [await sub.next(timeout=5) for _ in range(50)]
+        assert [m.data for m in got] == bodies
+        assert all(m.sequence is None and m.gap == 0 for m in got)
+        assert sub.statistics().lost == 0 and b.statistics().lost_in == 0

@@ -21,8 +21,10 @@ STEP = 20.0  # upper bound for any single wait on a subprocess
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """The environment without the caller's AOZ_* settings, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AOZ_")}
+    """The environment without the caller's AOZ_* settings (AOZ_PURE_PYTHON, the hot
+    path this run tests, is not a setting and stays), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("AOZ_") or k == "AOZ_PURE_PYTHON"}
     env.update(extra)
     return env
 

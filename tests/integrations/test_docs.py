@@ -61,7 +61,8 @@ async def test_usage_pytest_example_runs_in_a_project(tmp_path: Path) -> None:
     (tmp_path / "pytest.ini").write_text(
         "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AOZ_", "PYTEST_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AOZ_", "PYTEST_")) or k == "AOZ_PURE_PYTHON"}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:anyio",
         cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,

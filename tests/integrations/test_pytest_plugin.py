@@ -85,7 +85,8 @@ def test_then_they_are_closed():
 async def test_plugin_loads_in_a_fresh_project_and_closes_nodes(tmp_path: Path) -> None:
     """A project that only installed aoz gets the fixtures through the entry point."""
     (tmp_path / "test_user.py").write_text(_USER_TESTS)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AOZ_", "PYTEST_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AOZ_", "PYTEST_")) or k == "AOZ_PURE_PYTHON"}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
         "-o", "asyncio_mode=auto", "test_user.py",
@@ -152,7 +153,8 @@ asyncio_default_fixture_loop_scope = function
 
 
 async def _pytest_in(project: Path, *args: str) -> tuple[int, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AOZ_", "PYTEST_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AOZ_", "PYTEST_")) or k == "AOZ_PURE_PYTHON"}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
         "-W", "error::pytest.PytestDeprecationWarning", *args,

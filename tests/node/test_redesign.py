@@ -13,6 +13,7 @@ import zmq.asyncio
 
 import aoz
 import aoz.dataplane
+import aoz.routing
 from aoz.security import keypair
 
 from ..discovery.helpers import free_port
@@ -51,14 +52,15 @@ async def test_a_failing_node_ends_subscriptions_with_an_error(
 ) -> None:
     """Bug 2: a node whose task failed ended every `async for` as if cleanly."""
 
-    def broken(frame: bytes) -> int:
-        raise ValueError("parser exploded")
+    def broken(self: object, subject: bytes) -> None:
+        raise ValueError("router exploded")
 
     with pytest.raises(aoz.ClosedError) as outer:
         async with aoz.connect(bind=["tcp://127.0.0.1:*"]) as node:
             sub = node.subscribe("boom")
             await node.wait_for_interest("boom")
-            monkeypatch.setattr(aoz.dataplane, "publish_subject_end", broken)
+            # the first frame on a subject is routed (then cached): on both hot paths
+            monkeypatch.setattr(aoz.routing.RoutingTable, "route", broken)
             await node.publish("boom", b"x")
             with pytest.raises(aoz.ClosedError) as inner:
                 async for _ in sub:

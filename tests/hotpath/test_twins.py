@@ -1,0 +1,316 @@
+"""The compiled hot path (aoz/_speedups.pyx) and its pure-Python twin in aoz/dataplane.py
+behave the same: the same frames leave the same messages, counters and calls behind,
+and the same publish calls put the same bytes on the wire.
+
+These tests compare the two directly, whichever of them the node uses in this run;
+`make test` also runs the suite once on each (``AOZ_PURE_PYTHON=1`` for the second)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import uuid
+from typing import Any
+
+import msgspec
+import pytest
+import zmq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from aoz import dataplane
+from aoz.config import Overflow, Settings
+from aoz.dataplane import DataPlane, _drain_sub_py, _SenderPy
+from aoz.errors import SubjectError, WouldBlock
+from aoz.interest import InterestSet
+from aoz.protocol.builder import FrameBuilder
+from aoz.protocol.codecs import Codec, Verbatim
+from aoz.protocol.frames import encode_publish, encode_reply, encode_request, make_handle
+from aoz.protocol.sequence import encode_header
+from aoz.protocol.subjects import compile_pattern
+from aoz.routing import RoutingTable
+from aoz.subscription import Subscription
+
+try:
+    from aoz import _speedups
+except ImportError:  # pragma: no cover - the build could not compile it
+    _speedups = None  # type: ignore[assignment]
+
+compiled = pytest.mark.skipif(_speedups is None, reason="aoz._speedups is not built")
+
+NODE = str(uuid.uuid4())
+HANDLE = make_handle(NODE, 7)
+
+
+def test_the_compiled_hot_path_is_built_where_it_can_be() -> None:
+    """Where a C compiler and Cython are present (CI, the README's set-up), the build
+    must have produced the extension: a silent fallback would hide a broken build."""
+    if os.environ.get("AOZ_NO_EXTENSIONS", "") not in ("", "0"):
+        pytest.skip("AOZ_NO_EXTENSIONS is set: the build was told not to compile")
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler on this machine: the pure-Python path is expected")
+    pytest.importorskip("Cython", reason="Cython is not installed")
+    assert _speedups is not None, "aoz._speedups was not built; run `pip install -e .`"
+    assert _speedups.ABI == dataplane._HOT_PATH_ABI
+    pure = os.environ.get("AOZ_PURE_PYTHON", "") not in ("", "0")
+    assert ("python" if pure else "compiled") == dataplane.HOT_PATH
+    assert (dataplane.Sender is _SenderPy) == pure
+
+
+# ---------------------------------------------------------------------- receive side
+class Feed:
+    """Stands in for the data SUB: recv() hands out the frames, then raises Again (or a
+    socket error, when asked)."""
+
+    def __init__(self, frames: list[bytes], error: int | None = None) -> None:
+        self.frames = frames
+        self.i = 0
+        self.error = error
+
+    def recv(self, flags: int = 0) -> bytes:
+        if self.i >= len(self.frames):
+            if self.error is not None:
+                raise zmq.ZMQError(self.error)
+            raise zmq.Again()
+        self.i += 1
+        return self.frames[self.i - 1]
+
+
+SubSpec = tuple[str, int, Overflow]
+
+
+def make_plane(specs: list[SubSpec]) -> tuple[DataPlane, list[Subscription], list[Any]]:
+    routes: RoutingTable[Subscription] = RoutingTable()
+    replies: list[Any] = []
+    plane = DataPlane(
+        Settings(mode="static", bind=["tcp://127.0.0.1:*"]), routes, InterestSet(),
+        lambda subject, frame, start, now: replies.append((subject, frame, start)),
+        None,  # type: ignore[arg-type]
+        b"_INBOX." + NODE.encode(),
+    )
+    plane._ctx.term()  # no socket is opened here
+    subs = []
+    for pattern, size, overflow in specs:
+        sub = Subscription(compile_pattern(pattern), size, overflow, lambda: None)
+        if overflow == "block":
+            sub._on_full, sub._on_room = plane.hold, plane.release
+        routes.add(sub.pattern, sub)
+        subs.append(sub)
+    return plane, subs, replies
+
+
+def run(drain: Any, specs: list[SubSpec], frames: list[bytes], error: int | None = None
+        ) -> dict[str, Any]:
+    """Drain ``frames`` to the end (a consumer takes from held subscriptions when the
+    plane stops reading) and return everything the drain left behind."""
+    plane, subs, replies = make_plane(specs)
+    feed = Feed(frames, error)
+    calls = []
+    raised: list[str] = []
+    for _ in range(len(frames) + 5):  # bounded: every call reads or frees room
+        try:
+            calls.append(drain(plane, feed))
+        except Exception as exc:
+            raised.append(f"{type(exc).__name__}: {exc}")
+            break
+        if feed.i >= len(frames) and not plane._holds:
+            break
+        for s in subs:  # a consumer catches up
+            while s.overflow == "block" and s.pending > s._limit // 2:
+                s.get_nowait()
+    return {
+        "calls": calls,
+        "raised": raised,
+        "subs": [
+            ([(m.frame, m.subject, m.kind, m.reply, m.gap, m.publisher, m.sequence, m.data)
+              for m in s._queue], msgspec.structs.asdict(s.statistics()))
+            for s in subs
+        ],
+        "plane": (plane.messages_in, plane.bytes_in, plane.malformed, plane.lost,
+                  plane._holds),
+        "replies": replies,
+        "sequences": (plane.sequences.last_seen, plane.sequences._streams,
+                      plane.sequences.count),
+    }
+
+
+SUBJECTS = [b"A", b"A.B", b"MD.NYSE.IBM", b"MD.X", b"Z" * 256, b"Z" * 257, b"\xff\xfe"]
+PATTERNS = ["A", "A.B", "MD.>", "MD.*", ">", "^MD\\..*", "Z" * 256]
+
+
+def publish(subject: bytes, payload: bytes) -> bytes:
+    """A publish frame, also with a subject the encoder would refuse (too long...)."""
+    return subject + b"\0\x01\0" + payload
+
+
+@st.composite
+def frames(draw: st.DrawFn) -> bytes:
+    subject = draw(st.sampled_from(SUBJECTS))
+    body = draw(st.binary(max_size=20))
+    kind = draw(st.sampled_from(["seq", "seq", "seq", "plain", "request", "reply", "junk",
+                                 "short"]))
+    if kind == "seq":
+        pid = draw(st.sampled_from([1, 2, 2**64 - 1]))
+        seq = draw(st.integers(0, 2**32 - 1) | st.integers(1, 12))
+        codec = draw(st.sampled_from([0, 1, 2, 3, 0x4F]))
+        return publish(subject, encode_header(codec, pid, seq) + body)
+    if kind == "plain":
+        return publish(subject, body)
+    if kind == "request":
+        return encode_request(b"MD.X", HANDLE, body)
+    if kind == "reply":
+        return encode_reply(HANDLE, body)
+    if kind == "short":  # a sequence flag without a whole header
+        return subject + b"\0\x01\0\x80" + body[:11]
+    return draw(st.binary(max_size=40))
+
+
+specs = st.lists(
+    st.tuples(st.sampled_from(PATTERNS), st.integers(1, 6),
+              st.sampled_from(["drop_newest", "drop_oldest", "block"])),
+    min_size=1, max_size=4,
+)
+
+
+@compiled
+@settings(max_examples=int(os.environ.get("AOZ_TWIN_EXAMPLES", "300")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(specs=specs, frames=st.lists(frames(), max_size=60))
+def test_the_drains_leave_the_same_state(specs: list[SubSpec], frames: list[bytes]) -> None:
+    assert run(_speedups.drain_sub, specs, frames) == run(_drain_sub_py, specs, frames)
+
+
+@compiled
+def test_the_drains_agree_on_a_long_sequenced_stream_with_gaps() -> None:
+    numbers = [n for n in range(1, 3000) if n % 97] + [5, 2**32 - 1, 0, 1]
+    frames = [encode_publish(b"MD.X", encode_header(0, 9, n) + b"q") for n in numbers]
+    spec: list[SubSpec] = [("MD.X", 5000, "drop_newest"), ("MD.*", 100, "drop_oldest"),
+                           ("MD.>", 10, "block")]
+    a, b = run(_speedups.drain_sub, spec, frames), run(_drain_sub_py, spec, frames)
+    assert a == b
+    assert a["plane"][3] > 0  # gaps were seen (and counted the same)
+    assert len(a["calls"]) > 3  # the block subscription held the drain several times
+
+
+@compiled
+@pytest.mark.parametrize("errno", [zmq.ETERM, zmq.EFSM])
+def test_the_drains_agree_on_socket_errors(errno: int) -> None:
+    frames = [encode_publish(b"A", encode_header(0, 1, n) + b"x") for n in range(1, 4)]
+    spec: list[SubSpec] = [("A", 10, "drop_newest")]
+    a, b = (run(d, spec, frames, error=errno) for d in (_speedups.drain_sub, _drain_sub_py))
+    assert a == b
+    # a context ending is a node closing (quiet); another socket error fails the node;
+    # either way the frames read before it are delivered
+    assert len(a["subs"][0][0]) == 3
+    assert bool(a["raised"]) == (errno == zmq.EFSM)
+
+
+# ---------------------------------------------------------------------- send side
+class Wire:
+    """A real publisher and a subscriber on inproc, to see the bytes each sender puts
+    on the wire."""
+
+    def __init__(self, hwm: int = 100_000) -> None:
+        self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self.pub = self.ctx.socket(zmq.XPUB)
+        self.pub.setsockopt(zmq.SNDHWM, hwm)
+        self.pub.setsockopt(zmq.XPUB_NODROP, 1)
+        self.pub.bind("inproc://twins")
+        self.sub = self.ctx.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.RCVHWM, hwm)
+        self.sub.connect("inproc://twins")
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        assert self.pub.poll(2000) and self.pub.recv() == b"\x01"  # the subscription arrived
+
+    def received(self) -> list[bytes]:
+        out = []
+        while self.sub.poll(0):
+            out.append(self.sub.recv())
+        return out
+
+    def close(self) -> None:
+        self.pub.close(0)
+        self.sub.close(0)
+        self.ctx.term()
+
+
+CALLS = [
+    ("A", b"x"), ("A", b"y"), ("B.C", b""), ("A", {"k": 1}), ("A", "text"),
+    ("A", Verbatim(b"Oomnm")), ("B.C", b"z" * 70_000), ("A", b"w"), ("B.C", [1, 2]),
+    ("_INBOX.x", b"no"), ("", b"no"), ("A", b"last"),
+]
+
+
+def drive(sender_type: Any, sequenced: bool, entry: Any = None
+          ) -> tuple[list[Any], list[bytes], int, int]:
+    wire = Wire()
+    try:
+        builder = FrameBuilder(Codec.MSGPACK, publisher=77 if sequenced else None,
+                               entry_type=entry)
+        sender = sender_type(builder)
+        outcomes: list[Any] = []
+        try:
+            sender.publish("A", b"closed", None)
+        except Exception as exc:  # not open yet
+            outcomes.append(f"{type(exc).__name__}: {exc}")
+        sender.pub = wire.pub
+        for subject, data in CALLS:
+            try:
+                sender.publish(subject, data, None)
+                outcomes.append("sent")
+            except SubjectError as exc:
+                outcomes.append(f"SubjectError: {exc}")
+        sender.publish("A", b"coded", Codec.RAW)
+        return outcomes, wire.received(), sender.messages_out, sender.bytes_out
+    finally:
+        wire.close()
+
+
+@compiled
+@pytest.mark.parametrize("sequenced", [True, False])
+def test_the_senders_put_the_same_bytes_on_the_wire(sequenced: bool) -> None:
+    a, b = drive(_speedups.Sender, sequenced, _speedups.Entry), drive(_SenderPy, sequenced)
+    assert a == b
+    # a compiled Sender with the pure builder's entries takes the general path, alike
+    assert drive(_speedups.Sender, sequenced) == b
+    outcomes, wire, messages, nbytes = a
+    assert outcomes.count("sent") == 10 and len(wire) == 11 == messages
+    assert nbytes == sum(map(len, wire))
+
+
+@compiled
+def test_the_senders_refuse_alike_at_a_full_queue() -> None:
+    results = []
+    for sender_type, entry in ((_speedups.Sender, _speedups.Entry), (_SenderPy, None)):
+        wire = Wire(hwm=5)
+        try:
+            builder = FrameBuilder(Codec.MSGPACK, publisher=3, entry_type=entry)
+            sender = sender_type(builder)
+            sender.pub = wire.pub
+            sent, refused = 0, None
+            for _ in range(10_000):  # bounded: inproc's queues hold a few HWMs at most
+                try:
+                    sender.publish("A", b"x", None)
+                    sent += 1
+                except WouldBlock as exc:
+                    refused = str(exc)
+                    builder.rewind("A")  # as Node.publish_nowait does
+                    break
+            assert refused is not None
+            sender.pub.close(0)
+            with pytest.raises(Exception) as closed:
+                sender.publish("A", b"x", None)
+            results.append((sent, refused, sender.messages_out, type(closed.value).__name__,
+                            wire.received()))
+        finally:
+            wire.close()
+    assert results[0] == results[1]
+
+
+def test_the_selected_path_is_reported() -> None:
+    import aoz
+
+    assert aoz.hot_path() in ("compiled", "python")
+    assert aoz.hot_path() == dataplane.HOT_PATH
+    assert sys.modules["aoz.dataplane"].HOT_PATH == dataplane.HOT_PATH
