@@ -27,11 +27,11 @@ from .errors import TransportError, WouldBlock
 from .message import Message
 from .protocol.frames import Kind
 
-ABI = 3
+ABI = 4
 BATCH = 1024
 #: the protocol's numbers built in below; aoz.dataplane checks them against its own
 CONSTANTS = {"BATCH": BATCH, "MAX_SUBJECT": 256, "HEADER_LEN": 13, "AOZ_CODEC_IDS": 4,
-             "COPY_THRESHOLD": 65536}
+             "COPY_THRESHOLD": 65536, "YIELD_EVERY": 256}
 
 cdef Py_ssize_t _BATCH = BATCH
 cdef int _NOBLOCK = zmq.NOBLOCK
@@ -45,6 +45,7 @@ cdef Py_ssize_t _MAX_SUBJECT = CONSTANTS["MAX_SUBJECT"]  # aoz.protocol.subjects
 cdef Py_ssize_t _HEADER_LEN = CONSTANTS["HEADER_LEN"]  # aoz.protocol.sequence
 cdef uint8_t _AOZ_CODEC_IDS = CONSTANTS["AOZ_CODEC_IDS"]  # aoz.protocol.codecs
 cdef Py_ssize_t _COPY_THRESHOLD = CONSTANTS["COPY_THRESHOLD"]  # aoz.dataplane
+cdef unsigned int _YIELD_EVERY = CONSTANTS["YIELD_EVERY"]  # aoz.dataplane
 
 
 cdef inline uint64_t _u64(const uint8_t* p) noexcept:
@@ -206,6 +207,7 @@ cdef class Sender:
     cdef public object pub
     cdef unsigned long long _messages
     cdef unsigned long long _bytes
+    cdef unsigned int _since_yield
 
     def __init__(self, builder):
         self._builder = builder
@@ -214,6 +216,7 @@ cdef class Sender:
         self.pub = None
         self._messages = 0
         self._bytes = 0
+        self._since_yield = 0
 
     @property
     def messages_out(self):
@@ -261,8 +264,16 @@ cdef class Sender:
                         plen += 4
                     memcpy(out + plen, PyBytes_AS_STRING(payload), dlen)
                     self.send(frame)
-                    return
+                    return self._yield_due()
         self.send(self._builder.publish(subject, data, codec))
+        return self._yield_due()
+
+    cdef inline bint _yield_due(self):
+        self._since_yield += 1
+        if self._since_yield >= _YIELD_EVERY:
+            self._since_yield = 0
+            return True
+        return False
 
     cpdef send(self, bytes frame):
         pub = self.pub

@@ -70,6 +70,7 @@ _BATCH = 1024  # frames drained per wake-up before other callbacks run
 # that only matters for options aoz does not use (routing ids, groups, zero-copy)
 _send: Callable[..., object] = getattr(zmq.backend, "Socket", zmq.Socket).send
 _COPY_THRESHOLD = 65536  # larger frames are sent zero-copy
+_YIELD_EVERY = 256  # publishes between forced yields of `await node.publish`
 _DISCONNECT_GRACE = 0.5  # seconds a departed peer's data link may still drain
 
 
@@ -682,16 +683,25 @@ class _SenderPy:
     raises :class:`WouldBlock`. Twin of ``aoz._speedups.Sender``.
     """
 
-    __slots__ = ("_builder", "bytes_out", "messages_out", "pub")
+    __slots__ = ("_builder", "_since_yield", "bytes_out", "messages_out", "pub")
 
     def __init__(self, builder: FrameBuilder) -> None:
         self._builder = builder
         self.pub: zmq.Socket[bytes] | None = None  # set when the data plane opens
         self.messages_out = 0
         self.bytes_out = 0
+        self._since_yield = 0
 
-    def publish(self, subject: str, data: object, codec: Codec | None) -> None:
+    def publish(self, subject: str, data: object, codec: Codec | None) -> bool:
+        """Build and send; True once every ``_YIELD_EVERY`` calls: then the caller
+        (``await node.publish``) lets the loop run, so a tight loop of publishes
+        cannot starve the node's tasks."""
         self.send(self._builder.publish(subject, data, codec))
+        self._since_yield += 1
+        if self._since_yield >= _YIELD_EVERY:
+            self._since_yield = 0
+            return True
+        return False
 
     def send(self, frame: bytes) -> None:
         pub = self.pub
@@ -735,10 +745,11 @@ def _compiled() -> ModuleType | None:
 def _constants() -> dict[str, int]:
     """The protocol's numbers that the compiled module has built in."""
     return {"BATCH": _BATCH, "MAX_SUBJECT": MAX_SUBJECT, "HEADER_LEN": HEADER_LEN,
-            "AOZ_CODEC_IDS": AOZ_CODEC_IDS, "COPY_THRESHOLD": _COPY_THRESHOLD}
+            "AOZ_CODEC_IDS": AOZ_CODEC_IDS, "COPY_THRESHOLD": _COPY_THRESHOLD,
+            "YIELD_EVERY": _YIELD_EVERY}
 
 
-_HOT_PATH_ABI = 3  # bump with any change to the functions' contract
+_HOT_PATH_ABI = 4  # bump with any change to the functions' contract
 _speedups_module = _compiled()
 #: which implementation of the hot path runs: "compiled" or "python"
 HOT_PATH = "python" if _speedups_module is None else "compiled"

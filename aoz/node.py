@@ -43,7 +43,7 @@ import msgspec
 
 from ._tasks import TaskOwner
 from .config import Overflow, Settings, load_settings
-from .dataplane import HOT_PATH, DataPlane, Entry
+from .dataplane import _YIELD_EVERY, HOT_PATH, DataPlane, Entry
 from .discovery.links import Driver
 from .discovery.peers import Peer, PeerEvent, PeerEventHub, PeerEventStream
 from .errors import (
@@ -70,7 +70,6 @@ __all__ = ["Node", "NodeStatistics", "PeerEventStream", "ReplyStream", "connect"
 
 log = logging.getLogger("aoz.node")
 
-_YIELD_EVERY = 256  # publishes between forced yields
 _REPLY_ROUTE_WAIT = 2.0  # seconds a deferred reply waits for the requester's inbox filter
 _HOUSEKEEPING = 0.25  # seconds between sweeps of abandoned reply streams
 
@@ -306,10 +305,7 @@ class Node:
                     "publish(block=True) needs a node with send_policy='block' "
                     "(aoz.connect(send_policy='block'))"
                 )
-            self._sender.publish(subject, data, codec)
-            self._sends_since_yield += 1
-            if self._sends_since_yield >= _YIELD_EVERY:
-                self._sends_since_yield = 0
+            if self._sender.publish(subject, data, codec):  # time to let the loop run
                 await asyncio.sleep(0)
             return
         frame = self._frames.publish(subject, data, codec)

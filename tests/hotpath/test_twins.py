@@ -262,7 +262,10 @@ def drive(sender_type: Any, sequenced: bool, entry: Any = None
             except SubjectError as exc:
                 outcomes.append(f"SubjectError: {exc}")
         sender.publish("A", b"coded", Codec.RAW)
-        return outcomes, wire.received(), sender.messages_out, sender.bytes_out
+        received = wire.received()
+        # every _YIELD_EVERY publishes the sender says "let the loop run", on both paths
+        outcomes.append([i for i in range(600) if sender.publish("Y", b"", None)])
+        return outcomes, received, sender.messages_out, sender.bytes_out
     finally:
         wire.close()
 
@@ -275,8 +278,10 @@ def test_the_senders_put_the_same_bytes_on_the_wire(sequenced: bool) -> None:
     # a compiled Sender with the pure builder's entries takes the general path, alike
     assert drive(_speedups.Sender, sequenced) == b
     outcomes, wire, messages, nbytes = a
-    assert outcomes.count("sent") == 10 and len(wire) == 11 == messages
-    assert nbytes == sum(map(len, wire))
+    assert outcomes.count("sent") == 10 and len(wire) == 11 and messages == 611
+    assert outcomes[-1] == [255 - 11, 511 - 11]  # 11 publishes were sent before the loop
+    assert nbytes == sum(map(len, wire)) + 600 * len(b"Y\0\x01\0") + (
+        600 * (1 + 12) if sequenced else 600)
 
 
 @compiled
