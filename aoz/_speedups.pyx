@@ -16,6 +16,7 @@ binding of libzmq to keep in step with pyzmq's.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItem
 from cpython.ref cimport PyObject
+from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.string cimport memchr, memcpy
 
@@ -27,11 +28,11 @@ from .errors import TransportError, WouldBlock
 from .message import Message
 from .protocol.frames import Kind
 
-ABI = 4
+ABI = 5
 BATCH = 1024
 #: the protocol's numbers built in below; aoz.dataplane checks them against its own
 CONSTANTS = {"BATCH": BATCH, "MAX_SUBJECT": 256, "HEADER_LEN": 13, "AOZ_CODEC_IDS": 4,
-             "COPY_THRESHOLD": 65536, "YIELD_EVERY": 256}
+             "COPY_THRESHOLD": 65536, "YIELD_EVERY": 256, "HANDLE_LEN": 60}
 
 cdef Py_ssize_t _BATCH = BATCH
 cdef int _NOBLOCK = zmq.NOBLOCK
@@ -39,6 +40,9 @@ cdef object _Again = zmq.Again
 cdef object _ZMQError = zmq.ZMQError
 cdef object _Message = Message
 cdef object _PUBLISH = Kind.PUBLISH
+cdef object _REQUEST_KIND = Kind.REQUEST
+cdef int _REQUEST = 2  # the type bytes of SPEC §1
+cdef int _REPLY = 3
 cdef object _clock = time.time
 cdef object _send = getattr(zmq.backend, "Socket", zmq.Socket).send
 cdef Py_ssize_t _MAX_SUBJECT = CONSTANTS["MAX_SUBJECT"]  # aoz.protocol.subjects
@@ -46,6 +50,7 @@ cdef Py_ssize_t _HEADER_LEN = CONSTANTS["HEADER_LEN"]  # aoz.protocol.sequence
 cdef uint8_t _AOZ_CODEC_IDS = CONSTANTS["AOZ_CODEC_IDS"]  # aoz.protocol.codecs
 cdef Py_ssize_t _COPY_THRESHOLD = CONSTANTS["COPY_THRESHOLD"]  # aoz.dataplane
 cdef unsigned int _YIELD_EVERY = CONSTANTS["YIELD_EVERY"]  # aoz.dataplane
+cdef Py_ssize_t _HANDLE_LEN = CONSTANTS["HANDLE_LEN"]  # aoz.protocol.frames
 
 
 cdef inline uint64_t _u64(const uint8_t* p) noexcept:
@@ -71,6 +76,43 @@ cdef inline Py_ssize_t _subject_end(const uint8_t* buf, Py_ssize_t flen) noexcep
     return -1
 
 
+cdef inline int _other_kind(const uint8_t* buf, Py_ssize_t flen) noexcept:
+    """_REPLY or _REQUEST for a well-formed reply or request frame (what decode_frame
+    accepts as one), else 0 (decode_frame then says what the frame is)."""
+    cdef Py_ssize_t limit = flen if flen < _MAX_SUBJECT + 1 else _MAX_SUBJECT + 1
+    cdef const uint8_t* p = <const uint8_t*>memchr(buf, 0, limit)
+    if p == NULL:
+        return 0
+    cdef Py_ssize_t end = p - buf, i, hend
+    if end == 0 or flen < end + 3:
+        return 0
+    if buf[end + 1] == _REPLY:
+        return _REPLY if buf[end + 2] == 0 else 0
+    if buf[end + 1] == _REQUEST:
+        hend = end + 2 + _HANDLE_LEN
+        if flen < hend + 1 or buf[hend] != 0:
+            return 0
+        for i in range(end + 2, hend):
+            if buf[i] == 0 or buf[i] > 0x7F:  # not printable ASCII: decode_frame refuses it
+                return 0
+        return _REQUEST
+    return 0
+
+
+cdef inline Py_ssize_t _data_start(const uint8_t* buf, Py_ssize_t flen,
+                                   Py_ssize_t start) noexcept:
+    """aoz.message.data_start: after the codec byte, or after the sequence header."""
+    cdef uint8_t first
+    if flen > start:
+        first = buf[start]
+        if first & 0x80:
+            if (first & 0x7F) < _AOZ_CODEC_IDS and flen >= start + _HEADER_LEN:
+                return start + _HEADER_LEN
+        elif first < _AOZ_CODEC_IDS:
+            return start + 1
+    return start
+
+
 cdef void _hand_over(dict pending) except *:
     for s, msgs in pending.items():
         s.push_many(msgs)
@@ -83,6 +125,7 @@ def drain_sub(plane, sock):
     routes = plane._routes
     cdef dict cache = routes.cache
     responder = plane._responder
+    on_reply = plane._on_reply
     cdef dict last_seen = plane.sequences.last_seen
     cdef dict pending = {}
     cdef object last_sub = None
@@ -94,7 +137,7 @@ def drain_sub(plane, sock):
     cdef bytes sb
     cdef const uint8_t* buf
     cdef Py_ssize_t flen, nul, start, data
-    cdef uint8_t first
+    cdef int kind
     cdef Py_ssize_t n = 0
     cdef Py_ssize_t nbytes = 0
     cdef PyObject* found
@@ -121,14 +164,8 @@ def drain_sub(plane, sock):
                 else:
                     subs = <tuple>found
                 if subs:
-                    # aoz.message.data_start: after the codec byte or the sequence header
-                    start = data = nul + 3
-                    first = buf[start] if flen > start else 0x7F
-                    if first & 0x80:
-                        if (first & 0x7F) < _AOZ_CODEC_IDS and flen >= start + _HEADER_LEN:
-                            data = start + _HEADER_LEN
-                    elif first < _AOZ_CODEC_IDS:
-                        data = start + 1
+                    start = nul + 3
+                    data = _data_start(buf, flen, start)
                     msg = _Message(frame, nul, start, data, _PUBLISH, None, now, responder)
                     if data == start + _HEADER_LEN:
                         pid = _u64(buf + start + 1)
@@ -160,11 +197,51 @@ def drain_sub(plane, sock):
                             last_sub = s
                             last_msgs = queued
             else:
+                kind = _other_kind(buf, flen)
+                if kind == _REPLY:  # a reply to one of our requests (or not: on_reply says)
+                    nul = <Py_ssize_t>(<const uint8_t*>memchr(buf, 0, flen) - buf)
+                    on_reply(PyBytes_FromStringAndSize(<const char*>buf, nul), frame, nul + 3,
+                             now)
+                    continue
+                if kind == _REQUEST:  # a request: routed and queued like a publication
+                    nul = <Py_ssize_t>(<const uint8_t*>memchr(buf, 0, flen) - buf)
+                    sb = PyBytes_FromStringAndSize(<const char*>buf, nul)
+                    found = PyDict_GetItem(cache, sb)
+                    if found == NULL or <object>found is None:
+                        routed = routes.route(sb)
+                        if routed is None:
+                            plane.malformed += 1
+                            continue
+                        subs = <tuple>routed
+                    else:
+                        subs = <tuple>found
+                    if subs:
+                        start = nul + 3 + _HANDLE_LEN
+                        reply = PyUnicode_DecodeASCII(<const char*>buf + nul + 2, _HANDLE_LEN,
+                                                      NULL)
+                        msg = _Message(frame, nul, start, _data_start(buf, flen, start),
+                                       _REQUEST_KIND, reply, now, responder)
+                        for s in subs:
+                            if s is last_sub:
+                                last_msgs.append(msg)
+                            elif s._block:
+                                s.push(msg)
+                            else:
+                                found = PyDict_GetItem(pending, s)
+                                if found == NULL:
+                                    queued = [msg]
+                                    pending[s] = queued
+                                else:
+                                    queued = <list>found
+                                    queued.append(msg)
+                                last_sub = s
+                                last_msgs = queued
+                    continue
                 if pending:  # keep each subscription's messages in arrival order
                     _hand_over(pending)
                     last_sub = None
                     last_msgs = None
-                plane._other_frame(frame, now)
+                plane._other_frame(frame, now)  # anything malformed: counted there
     except _Again:
         pass
     except _ZMQError as exc:

@@ -53,7 +53,7 @@ from .interest import InterestSet
 from .message import Message, Responder, data_start
 from .protocol.builder import FrameBuilder, _Entry
 from .protocol.codecs import AOZ_CODEC_IDS, Codec
-from .protocol.frames import Kind, decode_frame, publish_subject_end
+from .protocol.frames import HANDLE_LEN, Kind, decode_frame, publish_subject_end
 from .protocol.sequence import FLAG, HEADER_LEN, PACK, SequenceTracker
 from .protocol.subjects import MAX_SUBJECT
 from .routing import RoutingTable
@@ -746,10 +746,10 @@ def _constants() -> dict[str, int]:
     """The protocol's numbers that the compiled module has built in."""
     return {"BATCH": _BATCH, "MAX_SUBJECT": MAX_SUBJECT, "HEADER_LEN": HEADER_LEN,
             "AOZ_CODEC_IDS": AOZ_CODEC_IDS, "COPY_THRESHOLD": _COPY_THRESHOLD,
-            "YIELD_EVERY": _YIELD_EVERY}
+            "YIELD_EVERY": _YIELD_EVERY, "HANDLE_LEN": HANDLE_LEN}
 
 
-_HOT_PATH_ABI = 4  # bump with any change to the functions' contract
+_HOT_PATH_ABI = 5  # bump with any change to the functions' contract
 _speedups_module = _compiled()
 #: which implementation of the hot path runs: "compiled" or "python"
 HOT_PATH = "python" if _speedups_module is None else "compiled"

@@ -8,6 +8,7 @@ almost nothing.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Coroutine
 from typing import Any, Protocol, TypeVar, overload
 
 import msgspec
@@ -62,12 +63,15 @@ class WeakResponder:
     def __init__(self, node: Responder) -> None:
         self._ref = weakref.ref(node)
 
-    async def respond_to(self, handle: str, data: object, codec: Codec | None) -> None:
+    def respond_to(
+        self, handle: str, data: object, codec: Codec | None
+    ) -> Coroutine[Any, Any, None]:
+        # the node's coroutine itself, not one more coroutine around it (one per reply)
         node = self._ref()
         if node is None:
             raise ClosedError("the node that received this request is gone; it cannot be "
                               "answered")
-        await node.respond_to(handle, data, codec)
+        return node.respond_to(handle, data, codec)
 
 
 # payload ids below this are aoz codecs (see aoz.protocol.codecs.Codec)

@@ -26,7 +26,7 @@ from aoz.errors import SubjectError, WouldBlock
 from aoz.interest import InterestSet
 from aoz.protocol.builder import FrameBuilder
 from aoz.protocol.codecs import Codec, Verbatim
-from aoz.protocol.frames import encode_publish, encode_reply, encode_request, make_handle
+from aoz.protocol.frames import encode_publish, encode_reply, make_handle
 from aoz.protocol.sequence import encode_header
 from aoz.protocol.subjects import compile_pattern
 from aoz.routing import RoutingTable
@@ -148,8 +148,8 @@ def publish(subject: bytes, payload: bytes) -> bytes:
 def frames(draw: st.DrawFn) -> bytes:
     subject = draw(st.sampled_from(SUBJECTS))
     body = draw(st.binary(max_size=20))
-    kind = draw(st.sampled_from(["seq", "seq", "seq", "plain", "request", "reply", "junk",
-                                 "short"]))
+    kind = draw(st.sampled_from(["seq", "seq", "seq", "plain", "request", "request",
+                                 "reply", "junk", "short"]))
     if kind == "seq":
         pid = draw(st.sampled_from([1, 2, 2**64 - 1]))
         seq = draw(st.integers(0, 2**32 - 1) | st.integers(1, 12))
@@ -158,9 +158,16 @@ def frames(draw: st.DrawFn) -> bytes:
     if kind == "plain":
         return publish(subject, body)
     if kind == "request":
-        return encode_request(b"MD.X", HANDLE, body)
+        handle = draw(st.sampled_from([HANDLE, HANDLE, HANDLE[:20] + b"\0" + HANDLE[21:],
+                                       HANDLE[:30] + b"\xe9" + HANDLE[31:], HANDLE[:59]]))
+        end = draw(st.sampled_from([b"\0", b"\0", b"x"]))
+        seq = draw(st.sampled_from([b"", encode_header(1, 5, 3)]))
+        return subject + b"\0\x02" + handle + end + seq + body
     if kind == "reply":
-        return encode_reply(HANDLE, body)
+        if draw(st.booleans()):
+            return encode_reply(HANDLE, body)
+        return draw(st.sampled_from([HANDLE, b"_INBOX.x", b"A"])) + b"\0\x03" + \
+            draw(st.sampled_from([b"\0", b"\x01"])) + body
     if kind == "short":  # a sequence flag without a whole header
         return subject + b"\0\x01\0\x80" + body[:11]
     return draw(st.binary(max_size=40))
