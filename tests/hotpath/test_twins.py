@@ -326,3 +326,30 @@ def test_the_selected_path_is_reported() -> None:
     assert aoz.hot_path() in ("compiled", "python")
     assert aoz.hot_path() == dataplane.HOT_PATH
     assert sys.modules["aoz.dataplane"].HOT_PATH == dataplane.HOT_PATH
+
+
+def test_without_the_extension_the_pure_path_runs_by_itself() -> None:
+    """Where the extension could not be built, importing aoz picks the pure-Python twin
+    on its own (no setting needed) and a node works on it."""
+    import subprocess
+
+    code = """
+import asyncio, sys
+sys.modules["aoz._speedups"] = None  # as if the build had produced no extension
+import aoz
+assert aoz.hot_path() == "python", aoz.hot_path()
+async def main():
+    async with aoz.connect(bind=["tcp://127.0.0.1:*"]) as node:
+        async with node.subscribe("T") as sub:
+            await node.wait_for_interest("T")
+            await node.publish_many("T", [b"a", b"b"])
+            got = [(await sub.next(timeout=5)).data for _ in range(2)]
+            assert got == [b"a", b"b"], got
+            assert node.statistics().hot_path == "python"
+asyncio.run(main())
+print("ok")
+"""
+    env = {k: v for k, v in os.environ.items() if k != "AOZ_PURE_PYTHON"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
