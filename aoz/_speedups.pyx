@@ -28,7 +28,7 @@ from .errors import TransportError, WouldBlock
 from .message import Message
 from .protocol.frames import Kind
 
-ABI = 5
+ABI = 6
 BATCH = 1024
 #: the protocol's numbers built in below; aoz.dataplane checks them against its own
 CONSTANTS = {"BATCH": BATCH, "MAX_SUBJECT": 256, "HEADER_LEN": 13, "AOZ_CODEC_IDS": 4,
@@ -312,38 +312,85 @@ cdef class Sender:
         self._bytes = value
 
     def publish(self, subject, data, codec):
-        cdef bytes payload, prefix, frame
-        cdef Py_ssize_t plen, dlen, total
-        cdef uint32_t seq
-        cdef char* out
+        cdef Py_ssize_t total
         cdef PyObject* found
         cdef Entry entry
         if codec is None and type(data) is bytes and self.pub is not None:
             found = PyDict_GetItem(self._entries, subject)
             if found != NULL and type(<object>found) is Entry:
                 entry = <Entry>found
-                prefix = entry.prefix
-                payload = <bytes>data
-                plen = PyBytes_GET_SIZE(prefix)
-                dlen = PyBytes_GET_SIZE(payload)
-                total = plen + dlen + (4 if self._sequenced else 0)
+                total = (PyBytes_GET_SIZE(entry.prefix) + PyBytes_GET_SIZE(<bytes>data)
+                         + (4 if self._sequenced else 0))
                 if total < _COPY_THRESHOLD:
-                    frame = PyBytes_FromStringAndSize(NULL, total)
-                    out = PyBytes_AS_STRING(frame)
-                    memcpy(out, PyBytes_AS_STRING(prefix), plen)
-                    if self._sequenced:
-                        entry.seq += 1
-                        seq = <uint32_t>(entry.seq & 0xFFFFFFFF)
-                        out[plen] = <char>(seq & 0xFF)
-                        out[plen + 1] = <char>((seq >> 8) & 0xFF)
-                        out[plen + 2] = <char>((seq >> 16) & 0xFF)
-                        out[plen + 3] = <char>((seq >> 24) & 0xFF)
-                        plen += 4
-                    memcpy(out + plen, PyBytes_AS_STRING(payload), dlen)
-                    self.send(frame)
+                    self.send(self._frame(entry, <bytes>data))
                     return self._yield_due()
         self.send(self._builder.publish(subject, data, codec))
         return self._yield_due()
+
+    def frames(self, subject, items, codec):
+        """The publish frames of every item (see ``_SenderPy.frames``)."""
+        cdef list out = []
+        cdef PyObject* found = PyDict_GetItem(self._entries, subject)
+        cdef Entry entry
+        cdef unsigned long long first
+        if codec is not None or found == NULL or type(<object>found) is not Entry:
+            return self._builder.publish_many(subject, items, codec)
+        entry = <Entry>found
+        first = entry.seq
+        try:
+            for data in items:
+                if type(data) is bytes:
+                    out.append(self._frame(entry, <bytes>data))
+                else:
+                    out.append(self._builder.publish(subject, data, codec))
+        except BaseException:
+            entry.seq = first  # nothing was numbered
+            raise
+        return out
+
+    cdef bytes _frame(self, Entry entry, bytes payload):
+        """The publish frame of a bytes payload (numbered when sequencing)."""
+        cdef bytes prefix = entry.prefix
+        cdef Py_ssize_t plen = PyBytes_GET_SIZE(prefix)
+        cdef Py_ssize_t dlen = PyBytes_GET_SIZE(payload)
+        cdef bytes frame = PyBytes_FromStringAndSize(
+            NULL, plen + dlen + (4 if self._sequenced else 0))
+        cdef char* out = PyBytes_AS_STRING(frame)
+        cdef uint32_t seq
+        memcpy(out, PyBytes_AS_STRING(prefix), plen)
+        if self._sequenced:
+            entry.seq += 1
+            seq = <uint32_t>(entry.seq & 0xFFFFFFFF)
+            out[plen] = <char>(seq & 0xFF)
+            out[plen + 1] = <char>((seq >> 8) & 0xFF)
+            out[plen + 2] = <char>((seq >> 16) & 0xFF)
+            out[plen + 3] = <char>((seq >> 24) & 0xFF)
+            plen += 4
+        memcpy(out + plen, PyBytes_AS_STRING(payload), dlen)
+        return frame
+
+    def send_batch(self, frames, Py_ssize_t start=0):
+        """Send ``frames[start:]`` until ZeroMQ would block (see ``_SenderPy``)."""
+        pub = self.pub
+        if pub is None:
+            raise TransportError("the data publisher is not open")
+        cdef Py_ssize_t i = start
+        cdef Py_ssize_t n = len(frames)
+        cdef unsigned long long nbytes = 0
+        try:
+            while i < n:
+                frame = frames[i]
+                _send(pub, frame, _NOBLOCK)
+                nbytes += len(frame)
+                i += 1
+        except _Again:
+            pass
+        except _ZMQError as exc:
+            raise TransportError(f"publish failed: {exc}") from exc
+        finally:
+            self._messages += i - start
+            self._bytes += nbytes
+        return i
 
     cdef inline bint _yield_due(self):
         self._since_yield += 1

@@ -13,13 +13,18 @@ answers authentication requests.
 How a frame flows from the socket to ``async for``: ZeroMQ exposes a file descriptor
 that signals "look at ZMQ_EVENTS"; the loop watches it with ``add_reader`` and the
 callback drains up to ``_BATCH`` frames with non-blocking ``recv`` calls, in the same
-loop turn (no task hop). For each frame the protocol's hot-path parser
-(:func:`~aoz.protocol.frames.publish_subject_end`) finds the subject of a publish
-frame, the routing table's cache (:class:`~aoz.routing.RoutingTable`) gives the
-subscriptions it goes to, and one :class:`~aoz.message.Message` is pushed into each
-one's bounded queue, where a waiting ``async for`` wakes up. Every other frame
-(requests, replies, malformed input) takes the slow path through
-:func:`~aoz.protocol.frames.decode_frame`. The descriptor is edge-like: any socket
+loop turn (no task hop). For each frame the subject of a publish frame is found
+(:func:`~aoz.protocol.frames.publish_subject_end`), the routing table's cache
+(:class:`~aoz.routing.RoutingTable`) gives the subscriptions it goes to, and one
+:class:`~aoz.message.Message` is made; at the end of the drain each subscription gets
+its messages in one ``push_many``, and a waiting ``async for`` wakes up. Other frames
+(requests, replies, malformed input) go through
+:func:`~aoz.protocol.frames.decode_frame`, or, compiled, through a C check that accepts
+exactly what it accepts.
+
+The drain and the send side (:class:`_SenderPy`) are the hot path, which exists twice:
+in Python at the end of this module, and compiled in ``aoz/_speedups.pyx`` (see "the
+hot path" below, and docs/ARCHITECTURE.md). The descriptor is edge-like: any socket
 call may consume its signal, so calls that touch a socket are followed by a kick
 that re-runs the drain, and sockets that are also written to have a safety re-run.
 
@@ -38,7 +43,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from types import ModuleType
 from typing import cast
@@ -481,28 +486,7 @@ class DataPlane:
     def send_batch(self, frames: Sequence[bytes], start: int = 0) -> int:
         """Send ``frames[start:]`` in order until ZeroMQ would block; returns the index of
         the first frame not sent (``len(frames)`` when all were). For bulk forwarders."""
-        pub = self._pub
-        if pub is None:
-            raise TransportError("the data publisher is not open")
-        sender = self.sender
-        i = start
-        nbytes = 0
-        noblock = zmq.NOBLOCK
-        try:
-            for i in range(start, len(frames)):
-                frame = frames[i]
-                _send(pub, frame, noblock)
-                nbytes += len(frame)
-            else:
-                i = len(frames)
-        except zmq.Again:
-            pass
-        except zmq.ZMQError as exc:
-            raise TransportError(f"publish failed: {exc}") from exc
-        finally:
-            sender.messages_out += i - start
-            sender.bytes_out += nbytes
-        return i
+        return self.sender.send_batch(frames, start)
 
     def send_or_drop(self, frame: bytes) -> None:
         """Send, or drop and count the frame when a subscriber's queue is full."""
@@ -583,10 +567,11 @@ class DataPlane:
 
 
 # ---------------------------------------------------------------------- the hot path
-# Two implementations of the same function and class: the pure-Python ones below, and
+# Two implementations of the same drain and sender: the pure-Python ones below, and
 # aoz/_speedups.pyx, compiled when the package is built (setup.py). They behave
-# identically (tests/hotpath checks them against each other, and CI runs the whole
-# suite on each); the compiled one is used when it imports, unless AOZ_PURE_PYTHON=1.
+# identically (tests/hotpath/test_twins.py checks them against each other, and
+# `make test` runs the suite on each); the compiled one is used when it imports and
+# matches this source (ABI, constants), unless AOZ_PURE_PYTHON=1.
 
 def _drain_sub_py(plane: DataPlane, sock: zmq.Socket[bytes]) -> int:
     """Drain up to ``_BATCH`` frames of the data SUB (see the module docstring).
@@ -703,6 +688,37 @@ class _SenderPy:
             return True
         return False
 
+    def frames(self, subject: str, items: Iterable[object], codec: Codec | None
+               ) -> list[bytes]:
+        """The publish frames of every item, numbered in order; if one cannot be
+        encoded the error is raised and nothing was numbered (``publish_many``)."""
+        return self._builder.publish_many(subject, items, codec)
+
+    def send_batch(self, frames: Sequence[bytes], start: int = 0) -> int:
+        """Send ``frames[start:]`` in order until ZeroMQ would block; returns the index of
+        the first frame not sent (``len(frames)`` when all were)."""
+        pub = self.pub
+        if pub is None:
+            raise TransportError("the data publisher is not open")
+        i = start
+        nbytes = 0
+        noblock = zmq.NOBLOCK
+        try:
+            for i in range(start, len(frames)):
+                frame = frames[i]
+                _send(pub, frame, noblock)
+                nbytes += len(frame)
+            else:
+                i = len(frames)
+        except zmq.Again:
+            pass
+        except zmq.ZMQError as exc:
+            raise TransportError(f"publish failed: {exc}") from exc
+        finally:
+            self.messages_out += i - start
+            self.bytes_out += nbytes
+        return i
+
     def send(self, frame: bytes) -> None:
         pub = self.pub
         if pub is None:
@@ -749,7 +765,7 @@ def _constants() -> dict[str, int]:
             "YIELD_EVERY": _YIELD_EVERY, "HANDLE_LEN": HANDLE_LEN}
 
 
-_HOT_PATH_ABI = 5  # bump with any change to the functions' contract
+_HOT_PATH_ABI = 6  # bump with any change to the functions' contract
 _speedups_module = _compiled()
 #: which implementation of the hot path runs: "compiled" or "python"
 HOT_PATH = "python" if _speedups_module is None else "compiled"

@@ -325,7 +325,7 @@ class Node:
         self, subject: str, items: Iterable[object], *, codec: Codec | None = None
     ) -> None:
         """Publish every item of ``items`` on ``subject``, in order: what a loop of
-        :meth:`publish` does, in one call (about half the cost per message).
+        :meth:`publish` does, in one call (about 40% less CPU per message).
 
         The items are encoded first (an item that cannot be encoded raises before
         anything is sent or numbered), then handed to ZeroMQ together; with
@@ -336,7 +336,7 @@ class Node:
         >>> await node.publish_many("MD.NYSE.IBM", [q1, q2, q3])  # doctest: +SKIP
         """
         self._check_open()
-        frames = self._frames.publish_many(subject, items, codec)
+        frames = self._sender.frames(subject, items, codec)
         sent = 0
         while True:
             sent = self._plane.send_batch(frames, sent)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from aoz import dataplane
 from aoz.config import Overflow, Settings
 from aoz.dataplane import DataPlane, _drain_sub_py, _SenderPy
-from aoz.errors import SubjectError, WouldBlock
+from aoz.errors import EncodeError, SubjectError, WouldBlock
 from aoz.interest import InterestSet
 from aoz.protocol.builder import FrameBuilder
 from aoz.protocol.codecs import Codec, Verbatim
@@ -269,6 +269,14 @@ def drive(sender_type: Any, sequenced: bool, entry: Any = None
             except SubjectError as exc:
                 outcomes.append(f"SubjectError: {exc}")
         sender.publish("A", b"coded", Codec.RAW)
+        # publish_many's side: frames built together (nothing numbered on an error)
+        frames = sender.frames("A", [b"p", b"q" * 70_000, {"r": 1}, "s"], None)
+        outcomes.append(sender.send_batch(frames, 1))
+        try:
+            sender.frames("A", [b"t", object()], None)
+        except EncodeError as exc:
+            outcomes.append(f"EncodeError: {exc}")
+        sender.publish("A", b"after", None)
         received = wire.received()
         # every _YIELD_EVERY publishes the sender says "let the loop run", on both paths
         outcomes.append([i for i in range(600) if sender.publish("Y", b"", None)])
@@ -285,10 +293,15 @@ def test_the_senders_put_the_same_bytes_on_the_wire(sequenced: bool) -> None:
     # a compiled Sender with the pure builder's entries takes the general path, alike
     assert drive(_speedups.Sender, sequenced) == b
     outcomes, wire, messages, nbytes = a
-    assert outcomes.count("sent") == 10 and len(wire) == 11 and messages == 611
-    assert outcomes[-1] == [255 - 11, 511 - 11]  # 11 publishes were sent before the loop
+    assert outcomes.count("sent") == 10 and len(wire) == 15 and messages == 615
+    assert outcomes[-1] == [255 - 12, 511 - 12]  # 12 publish calls came before the loop
     assert nbytes == sum(map(len, wire)) + 600 * len(b"Y\0\x01\0") + (
         600 * (1 + 12) if sequenced else 600)
+    assert outcomes[-3] == 4 and outcomes[-2].startswith("EncodeError")
+    if sequenced:  # the failed batch numbered nothing: "after" follows "s"
+        numbers = {f[17:]: int.from_bytes(f[13:17], "little") for f in wire
+                   if f[:2] == b"A\0" and f[4] & 0x80}
+        assert numbers[b"after"] == numbers[b"s"] + 1, numbers
 
 
 @compiled
