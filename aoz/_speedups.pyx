@@ -399,11 +399,12 @@ cdef class Sender:
             return True
         return False
 
-    cpdef send(self, bytes frame):
+    cpdef send(self, frame):
+        # any bytes-like frame, as the twin takes (publish_frames passes the caller's)
         pub = self.pub
         if pub is None:
             raise TransportError("the data publisher is not open")
-        cdef Py_ssize_t n = PyBytes_GET_SIZE(frame)
+        cdef Py_ssize_t n = len(frame)
         try:
             if n < _COPY_THRESHOLD:
                 _send(pub, frame, _NOBLOCK)

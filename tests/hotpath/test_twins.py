@@ -366,3 +366,20 @@ print("ok")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, env=env)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+@compiled
+def test_the_senders_take_any_bytes_like_frame() -> None:
+    """`publish_frames` hands the caller's frames on as they are (bytearray too)."""
+    results = []
+    for sender_type in (_speedups.Sender, _SenderPy):
+        wire = Wire()
+        try:
+            sender = sender_type(FrameBuilder(Codec.MSGPACK))
+            sender.pub = wire.pub
+            sender.send(bytearray(b"B\0\x01\0\0ba"))
+            sender.send(memoryview(b"B\0\x01\0\0mv"))
+            results.append((wire.received(), sender.messages_out, sender.bytes_out))
+        finally:
+            wire.close()
+    assert results[0] == results[1] == ([b"B\0\x01\0\0ba", b"B\0\x01\0\0mv"], 2, 14)
