@@ -52,7 +52,7 @@ class WeakResponder:
 
     Messages are not tracked by Python's cyclic garbage collector (``gc=False``): a
     receiver builds one per frame, keeps thousands queued, and a collector walking
-    them cost about a third of the receive path. That is safe only if a message can
+    them cost about a fifth of the receive path. That is safe only if a message can
     never be part of a reference cycle, and what it holds (bytes, str, numbers, this
     object) refers to nothing that could lead back to it: the node, which does (its
     subscriptions queue messages), is reached through a weak reference.
