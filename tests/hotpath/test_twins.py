@@ -123,8 +123,9 @@ def run(drain: Any, specs: list[SubSpec], frames: list[bytes], error: int | None
         "calls": calls,
         "raised": raised,
         "subs": [
-            ([(m.frame, m.subject, m.kind, m.reply, m.gap, m.publisher, m.sequence, m.data)
-              for m in s._queue], msgspec.structs.asdict(s.statistics()))
+            ([(m.frame, m._nul, m._start, m._data, m.subject, m.kind, m.reply, m.gap,
+               m.publisher, m.sequence, m.data) for m in s._queue],
+             msgspec.structs.asdict(s.statistics()))
             for s in subs
         ],
         "plane": (plane.messages_in, plane.bytes_in, plane.malformed, plane.lost,
