@@ -41,7 +41,8 @@ cdef object _ZMQError = zmq.ZMQError
 cdef object _Message = Message
 cdef object _PUBLISH = Kind.PUBLISH
 cdef object _REQUEST_KIND = Kind.REQUEST
-cdef int _REQUEST = 2  # the type bytes of SPEC §1
+cdef int _PUBLISH_BYTE = 1  # the type bytes of SPEC §1
+cdef int _REQUEST = 2
 cdef int _REPLY = 3
 cdef object _clock = time.time
 cdef object _send = getattr(zmq.backend, "Socket", zmq.Socket).send
@@ -64,35 +65,26 @@ cdef inline uint32_t _u32(const uint8_t* p) noexcept:
             | (<uint32_t>p[3] << 24))
 
 
-cdef inline Py_ssize_t _subject_end(const uint8_t* buf, Py_ssize_t flen) noexcept:
-    """aoz.protocol.frames.publish_subject_end on a buffer."""
-    cdef Py_ssize_t limit = flen if flen < _MAX_SUBJECT + 1 else _MAX_SUBJECT + 1
-    cdef const uint8_t* p = <const uint8_t*>memchr(buf, 0, limit)
-    if p == NULL:
-        return -1
-    cdef Py_ssize_t end = p - buf
-    if end > 0 and flen >= end + 3 and buf[end + 1] == 1 and buf[end + 2] == 0:
-        return end
-    return -1
-
-
-cdef inline int _other_kind(const uint8_t* buf, Py_ssize_t flen) noexcept:
-    """_REPLY or _REQUEST for a well-formed reply or request frame (what decode_frame
-    accepts as one), else 0 (decode_frame then says what the frame is)."""
+cdef inline int _frame_kind(const uint8_t* buf, Py_ssize_t flen, Py_ssize_t* end) noexcept:
+    """The type byte of a well-formed publish, request or reply frame (what
+    publish_subject_end and decode_frame accept as one), with the subject's length in
+    ``end``; 0 for anything else (decode_frame then says what the frame is)."""
     cdef Py_ssize_t limit = flen if flen < _MAX_SUBJECT + 1 else _MAX_SUBJECT + 1
     cdef const uint8_t* p = <const uint8_t*>memchr(buf, 0, limit)
     if p == NULL:
         return 0
-    cdef Py_ssize_t end = p - buf, i, hend
-    if end == 0 or flen < end + 3:
+    cdef Py_ssize_t e = p - buf, i, hend
+    if e == 0 or flen < e + 3:
         return 0
-    if buf[end + 1] == _REPLY:
-        return _REPLY if buf[end + 2] == 0 else 0
-    if buf[end + 1] == _REQUEST:
-        hend = end + 2 + _HANDLE_LEN
+    end[0] = e
+    cdef uint8_t kind = buf[e + 1]
+    if kind == _PUBLISH_BYTE or kind == _REPLY:
+        return kind if buf[e + 2] == 0 else 0
+    if kind == _REQUEST:
+        hend = e + 2 + _HANDLE_LEN
         if flen < hend + 1 or buf[hend] != 0:
             return 0
-        for i in range(end + 2, hend):
+        for i in range(e + 2, hend):
             if buf[i] == 0 or buf[i] > 0x7F:  # not printable ASCII: decode_frame refuses it
                 return 0
         return _REQUEST
@@ -136,7 +128,8 @@ def drain_sub(plane, sock):
     cdef bytes frame
     cdef bytes sb
     cdef const uint8_t* buf
-    cdef Py_ssize_t flen, nul, start, data
+    cdef Py_ssize_t flen, start, data
+    cdef Py_ssize_t nul = 0
     cdef int kind
     cdef Py_ssize_t n = 0
     cdef Py_ssize_t nbytes = 0
@@ -151,97 +144,68 @@ def drain_sub(plane, sock):
             flen = PyBytes_GET_SIZE(frame)
             nbytes += flen
             buf = <const uint8_t*>PyBytes_AS_STRING(frame)
-            nul = _subject_end(buf, flen)
-            if nul > 0:
-                sb = PyBytes_FromStringAndSize(<const char*>buf, nul)
-                found = PyDict_GetItem(cache, sb)
-                if found == NULL or <object>found is None:  # unseen, or cached as invalid
-                    routed = routes.route(sb)
-                    if routed is None:
-                        plane.malformed += 1
-                        continue
-                    subs = <tuple>routed
-                else:
-                    subs = <tuple>found
-                if subs:
-                    start = nul + 3
-                    data = _data_start(buf, flen, start)
-                    msg = _Message(frame, nul, start, data, _PUBLISH, None, now, responder)
-                    if data == start + _HEADER_LEN:
-                        pid = _u64(buf + start + 1)
-                        seq = _u32(buf + start + 9)
-                        # the next number from the subject's last publisher costs one
-                        # lookup; anything else takes plane._sequence
-                        found = PyDict_GetItem(last_seen, sb)
-                        if found != NULL:
-                            st = <list>found
-                            if <uint64_t>st[0] == pid and <uint64_t>st[1] + 1 == seq:
-                                st[1] = seq
-                            else:
-                                plane._sequence(sb, pid, seq, msg, subs)
-                        else:
-                            plane._sequence(sb, pid, seq, msg, subs)
-                    for s in subs:
-                        if s is last_sub:
-                            last_msgs.append(msg)
-                        elif s._block:
-                            s.push(msg)
-                        else:
-                            found = PyDict_GetItem(pending, s)
-                            if found == NULL:
-                                queued = [msg]
-                                pending[s] = queued
-                            else:
-                                queued = <list>found
-                                queued.append(msg)
-                            last_sub = s
-                            last_msgs = queued
-            else:
-                kind = _other_kind(buf, flen)
-                if kind == _REPLY:  # a reply to one of our requests (or not: on_reply says)
-                    nul = <Py_ssize_t>(<const uint8_t*>memchr(buf, 0, flen) - buf)
-                    on_reply(PyBytes_FromStringAndSize(<const char*>buf, nul), frame, nul + 3,
-                             now)
-                    continue
-                if kind == _REQUEST:  # a request: routed and queued like a publication
-                    nul = <Py_ssize_t>(<const uint8_t*>memchr(buf, 0, flen) - buf)
-                    sb = PyBytes_FromStringAndSize(<const char*>buf, nul)
-                    found = PyDict_GetItem(cache, sb)
-                    if found == NULL or <object>found is None:
-                        routed = routes.route(sb)
-                        if routed is None:
-                            plane.malformed += 1
-                            continue
-                        subs = <tuple>routed
-                    else:
-                        subs = <tuple>found
-                    if subs:
-                        start = nul + 3 + _HANDLE_LEN
-                        reply = PyUnicode_DecodeASCII(<const char*>buf + nul + 2, _HANDLE_LEN,
-                                                      NULL)
-                        msg = _Message(frame, nul, start, _data_start(buf, flen, start),
-                                       _REQUEST_KIND, reply, now, responder)
-                        for s in subs:
-                            if s is last_sub:
-                                last_msgs.append(msg)
-                            elif s._block:
-                                s.push(msg)
-                            else:
-                                found = PyDict_GetItem(pending, s)
-                                if found == NULL:
-                                    queued = [msg]
-                                    pending[s] = queued
-                                else:
-                                    queued = <list>found
-                                    queued.append(msg)
-                                last_sub = s
-                                last_msgs = queued
-                    continue
+            kind = _frame_kind(buf, flen, &nul)
+            if kind == _REPLY:  # a reply to one of our requests (or not: on_reply says)
+                on_reply(PyBytes_FromStringAndSize(<const char*>buf, nul), frame, nul + 3, now)
+                continue
+            if kind == 0:  # anything malformed: decode_frame says what, and it is counted
                 if pending:  # keep each subscription's messages in arrival order
                     _hand_over(pending)
                     last_sub = None
                     last_msgs = None
-                plane._other_frame(frame, now)  # anything malformed: counted there
+                plane._other_frame(frame, now)
+                continue
+            # a publication or a request: routed by its subject, queued alike
+            sb = PyBytes_FromStringAndSize(<const char*>buf, nul)
+            found = PyDict_GetItem(cache, sb)
+            if found == NULL or <object>found is None:  # unseen, or cached as invalid
+                routed = routes.route(sb)
+                if routed is None:
+                    plane.malformed += 1
+                    continue
+                subs = <tuple>routed
+            else:
+                subs = <tuple>found
+            if not subs:
+                continue
+            if kind == _PUBLISH_BYTE:
+                start = nul + 3
+                data = _data_start(buf, flen, start)
+                msg = _Message(frame, nul, start, data, _PUBLISH, None, now, responder)
+                if data == start + _HEADER_LEN:
+                    pid = _u64(buf + start + 1)
+                    seq = _u32(buf + start + 9)
+                    # the next number from the subject's last publisher costs one
+                    # lookup; anything else takes plane._sequence
+                    found = PyDict_GetItem(last_seen, sb)
+                    if found != NULL:
+                        st = <list>found
+                        if <uint64_t>st[0] == pid and <uint64_t>st[1] + 1 == seq:
+                            st[1] = seq
+                        else:
+                            plane._sequence(sb, pid, seq, msg, subs)
+                    else:
+                        plane._sequence(sb, pid, seq, msg, subs)
+            else:
+                start = nul + 3 + _HANDLE_LEN
+                reply = PyUnicode_DecodeASCII(<const char*>buf + nul + 2, _HANDLE_LEN, NULL)
+                msg = _Message(frame, nul, start, _data_start(buf, flen, start),
+                               _REQUEST_KIND, reply, now, responder)
+            for s in subs:
+                if s is last_sub:
+                    last_msgs.append(msg)
+                elif s._block:
+                    s.push(msg)
+                else:
+                    found = PyDict_GetItem(pending, s)
+                    if found == NULL:
+                        queued = [msg]
+                        pending[s] = queued
+                    else:
+                        queued = <list>found
+                        queued.append(msg)
+                    last_sub = s
+                    last_msgs = queued
     except _Again:
         pass
     except _ZMQError as exc:
