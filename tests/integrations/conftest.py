@@ -29,6 +29,12 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def clean_pytest_env() -> dict[str, str]:
+    """:func:`clean_env` without this run's PYTEST_* variables: for a pytest run of its
+    own in a temporary project."""
+    return {k: v for k, v in clean_env().items() if not k.startswith("PYTEST_")}
+
+
 class Proc:
     """A running subprocess whose stderr is read line by line as it is needed."""
 

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import os
 import re
 import sys
 from pathlib import Path
 
 import pytest
 
-from .conftest import REPO
+from .conftest import REPO, clean_pytest_env
 
 _BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 DOCS = [REPO / "README.md", REPO / "docs" / "USAGE.md", REPO / "docs" / "PROTOCOL.md"]
@@ -61,8 +60,7 @@ async def test_usage_pytest_example_runs_in_a_project(tmp_path: Path) -> None:
     (tmp_path / "pytest.ini").write_text(
         "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
     )
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AOZ_", "PYTEST_")) or k == "AOZ_PURE_PYTHON"}
+    env = clean_pytest_env()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:anyio",
         cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,

@@ -7,7 +7,6 @@ Nothing is imported for the fixtures: installing aoz registers them (``aoz_nsd``
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import msgspec
 import aoz
 from aoz.pytest_plugin import NodeFactory
 
-from .conftest import STEP
+from .conftest import STEP, clean_pytest_env
 
 
 class Quote(msgspec.Struct):
@@ -85,8 +84,7 @@ def test_then_they_are_closed():
 async def test_plugin_loads_in_a_fresh_project_and_closes_nodes(tmp_path: Path) -> None:
     """A project that only installed aoz gets the fixtures through the entry point."""
     (tmp_path / "test_user.py").write_text(_USER_TESTS)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AOZ_", "PYTEST_")) or k == "AOZ_PURE_PYTHON"}
+    env = clean_pytest_env()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
         "-o", "asyncio_mode=auto", "test_user.py",
@@ -153,8 +151,7 @@ asyncio_default_fixture_loop_scope = function
 
 
 async def _pytest_in(project: Path, *args: str) -> tuple[int, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AOZ_", "PYTEST_")) or k == "AOZ_PURE_PYTHON"}
+    env = clean_pytest_env()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
         "-W", "error::pytest.PytestDeprecationWarning", *args,
