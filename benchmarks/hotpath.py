@@ -41,6 +41,8 @@ from aoz.protocol.subjects import compile_pattern
 from aoz.routing import RoutingTable
 from aoz.subscription import Subscription
 
+from .drain import _Feed
+
 try:
     from aoz import _speedups
 except ImportError:
@@ -48,19 +50,6 @@ except ImportError:
 
 SUBJECT = "BENCH.DATA"
 BODY = b"x" * 100
-
-
-class _Feed:
-    def __init__(self, frames: list[bytes]) -> None:
-        self.frames = frames
-        self.i = 0
-
-    def recv(self, flags: int = 0) -> bytes:
-        i = self.i
-        if i >= len(self.frames):
-            raise zmq.Again()
-        self.i = i + 1
-        return self.frames[i]
 
 
 def receive(drain: Callable[[Any, Any], int], n: int) -> tuple[float, float]:
