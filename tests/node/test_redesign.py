@@ -178,6 +178,7 @@ async def test_wildcard_and_exact_subscribers_each_get_every_message(
     async with b.subscribe("MD.NYSE.IBM") as exact, b.subscribe("MD.*.IBM") as star, \
             b.subscribe("MD.>") as tail:
         await a.wait_for_interest("MD.NYSE.IBM")
+        await a.wait_for_interest("MD.LSE.VOD")  # only the wildcards' filter covers it
         for i in range(50):
             await a.publish("MD.NYSE.IBM", b"%d" % i)
             await a.publish("MD.LSE.IBM", b"%d" % i)
