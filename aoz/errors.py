@@ -19,6 +19,7 @@ Every error aoz raises on purpose derives from :class:`AozError`, so
     ├── WaitTimeout            waiting for a message/subscriber/peer ran out (also TimeoutError)
     ├── TransportError         ZeroMQ refused an operation (bad endpoint, address in use...)
     ├── WouldBlock             publish_nowait on a blocking node: a subscriber's queue is full
+    ├── DataLossError          a recording lacks messages its sequence numbers say were sent
     └── ServiceError           a named service call failed on the remote side
 """
 
@@ -28,6 +29,7 @@ __all__ = [
     "AozError",
     "ClosedError",
     "ConfigError",
+    "DataLossError",
     "DecodeError",
     "EncodeError",
     "NamingTimeout",
@@ -128,6 +130,18 @@ class WouldBlock(AozError):
     def __init__(self, message: str, *, subject: str | None = None) -> None:
         super().__init__(message)
         self.subject = subject
+
+
+class DataLossError(AozError):
+    """A recording lacks messages: a jump in a publisher's sequence numbers, or a file
+    deleted before it was read (the Spark source with ``failOnDataLoss``).
+
+    ``gaps`` holds what was found (:class:`aoz.record.gaps.Gap` and file notes).
+    """
+
+    def __init__(self, message: str, *, gaps: list[object]) -> None:
+        super().__init__(message)
+        self.gaps = gaps
 
 
 class ServiceError(AozError):

@@ -450,11 +450,28 @@ class AozBatchWriter(DataSourceArrowWriter):
 
 
 class AozDataSource(DataSource):
-    """``format("aoz")``: write rows to aoz subjects (streaming and batch)."""
+    """``format("aoz")``: write rows to aoz subjects (streaming and batch), and read a
+    recording back (``spark.read``/``readStream.format("aoz").load(dir)``:
+    :mod:`aoz.spark.source`)."""
 
     @classmethod
     def name(cls) -> str:
         return "aoz"
+
+    def schema(self) -> str:
+        from .source import source_schema
+
+        return source_schema(self.options)
+
+    def reader(self, schema: Any) -> Any:
+        from .source import AozBatchReader
+
+        return AozBatchReader(self.options, schema)
+
+    def streamReader(self, schema: Any) -> Any:
+        from .source import AozStreamReader
+
+        return AozStreamReader(self.options, schema)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> AozStreamWriter:
         writer = AozStreamWriter(self.options, schema)
@@ -468,5 +485,6 @@ class AozDataSource(DataSource):
 
 
 def register(spark: Any) -> None:
-    """Register the ``aoz`` format on a SparkSession (done by :func:`local_session`)."""
+    """Register the ``aoz`` format (sink and source) on a SparkSession (done by
+    :func:`local_session`)."""
     spark.dataSource.register(AozDataSource)
