@@ -44,6 +44,7 @@ __all__ = [
     "Slice",
     "advance",
     "by_recorder",
+    "cut",
     "earliest",
     "from_json",
     "index_of",
@@ -122,6 +123,22 @@ def by_recorder(files: Iterable[RecordingFile]) -> dict[str, list[RecordingFile]
     for fs in out.values():
         fs.sort(key=lambda f: f.number)
     return dict(sorted(out.items(), key=lambda kv: (kv[1][0].stamp, kv[0])))
+
+
+def cut(files: Iterable[RecordingFile], end: Mapping[str, Position] | None) -> list[RecordingFile]:
+    """The files as they were when ``end`` was their latest offset (all with None): later
+    files and recorders left out, the file ``end`` is in shortened to it."""
+    if end is None:
+        return list(files)
+    out = []
+    for f in files:
+        pos = end.get(f.recorder)
+        if pos is None or f.number > pos.file:
+            continue
+        out.append(
+            msgspec.structs.replace(f, rows=min(f.rows, pos.row)) if f.number == pos.file else f
+        )
+    return out
 
 
 def earliest(files: Iterable[RecordingFile]) -> Offsets:

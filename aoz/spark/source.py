@@ -67,7 +67,12 @@ from .._extras import missing_extra
 
 try:
     from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
 except ImportError as exc:
     raise missing_extra(exc, "spark", "aoz.spark.source") from exc
 
@@ -301,15 +306,24 @@ class AozBatchReader(DataSourceReader):
         return read_partition(partition, self.schema)
 
 
-class AozStreamReader(DataSourceStreamReader):
+class AozStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("aoz")``: new rows of a recording, micro-batch by
-    micro-batch (see the module doc for offsets and guarantees)."""
+    micro-batch (see the module doc for offsets and guarantees). With
+    ``trigger(availableNow=True)`` it reads what was recorded when the query started."""
 
     def __init__(self, options: Mapping[str, str], schema: Any) -> None:
         self.opts = SourceOptions(options, streaming=True)
         self.schema = schema
         self._planner: _Planner | None = None
         self._initial: dict[str, Any] | None = None
+        self._target: off.Offsets | None = None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = off.latest(self.planner.catalog.files())
+
+    def _files(self) -> list[off.RecordingFile]:
+        """The visible files; with ``availableNow``, cut at what was there at the start."""
+        return off.cut(self.planner.catalog.files(), self._target)
 
     @property
     def planner(self) -> _Planner:
@@ -326,7 +340,7 @@ class AozStreamReader(DataSourceStreamReader):
         return ReadMaxRows(self.opts.max_rows) if self.opts.max_rows else ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        files = self.planner.catalog.files()
+        files = self._files()
         rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = off.advance(files, off.from_json(start), rows)
         return off.to_json(end, files)

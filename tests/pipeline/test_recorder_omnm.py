@@ -28,16 +28,18 @@ SENT = dt.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=dt.UTC)
 
 
 def oz_quote(seq: int) -> omnm.Message:
-    return omnm.Message([
-        omnm.Field("MdMsgType", 1, FieldType.I32, 1),
-        omnm.Field("seq", 10, FieldType.U32, seq),
-        omnm.Field("sender", 11, FieldType.STRING, "oz-feed"),
-        omnm.Field("ts", 16, FieldType.TIME, Time.from_datetime(SENT)),
-        omnm.Field("wIssueSymbol", 305, FieldType.STRING, "IBM"),
-        omnm.Field("wBidPrice", 237, FieldType.PRICE, Price(141.5, 2)),
-        omnm.Field("wBidSize", 238, FieldType.U32, 300 + seq),
-        omnm.Field("wHalted", 239, FieldType.BOOL, False),
-    ])
+    return omnm.Message(
+        [
+            omnm.Field("MdMsgType", 1, FieldType.I32, 1),
+            omnm.Field("seq", 10, FieldType.U32, seq),
+            omnm.Field("sender", 11, FieldType.STRING, "oz-feed"),
+            omnm.Field("ts", 16, FieldType.TIME, Time.from_datetime(SENT)),
+            omnm.Field("wIssueSymbol", 305, FieldType.STRING, "IBM"),
+            omnm.Field("wBidPrice", 237, FieldType.PRICE, Price(141.5, 2)),
+            omnm.Field("wBidSize", 238, FieldType.U32, 300 + seq),
+            omnm.Field("wHalted", 239, FieldType.BOOL, False),
+        ]
+    )
 
 
 def test_omnm_fields_fill_the_typed_and_meta_columns() -> None:
@@ -48,7 +50,10 @@ def test_omnm_fields_fill_the_typed_and_meta_columns() -> None:
     assert good["codec"] == 0x4F and good["payload"] == rows[0][2]
     assert (good["sender"], good["sequence"], good["send_ts"]) == ("oz-feed", 7, SENT)
     assert (good["wIssueSymbol"], good["wBidPrice"], good["wBidSize"], good["wHalted"]) == (
-        "IBM", 141.5, 307, False
+        "IBM",
+        141.5,
+        307,
+        False,
     )
     assert bad["codec"] == 0x4F and bad["wIssueSymbol"] is None and bad["sequence"] is None
 
@@ -64,7 +69,9 @@ async def test_recorder_writes_omnm_messages(aoz_node_factory: Any, tmp_path: Pa
     table = ds.dataset(tmp_path, format="parquet", partitioning="hive").to_table()
     rows = sorted(table.to_pylist(), key=lambda r: r["sequence"])
     assert [(r["sequence"], r["wBidSize"], r["codec"]) for r in rows] == [
-        (1, 301, 79), (2, 302, 79), (3, 303, 79)
+        (1, 301, 79),
+        (2, 302, 79),
+        (3, 303, 79),
     ]
     assert omnm.decode(rows[0]["payload"]) == oz_quote(1)  # the bytes, as OZ sent them
     assert rows[0]["publisher"] is None  # omnm carries no aoz sequence header
