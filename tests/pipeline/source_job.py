@@ -55,7 +55,7 @@ def stream(spark: Any, args: argparse.Namespace) -> int:
         name = f"batch-{batch_id}-{os.getpid()}.json"
         (out / f".{name}").write_text(json.dumps(rows))
         os.replace(out / f".{name}", out / name)
-        print(f"batch {batch_id} {len(rows)}", flush=True)
+        say(f"batch {batch_id} {len(rows)}")
         if batch_id == args.die_at:
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -70,7 +70,7 @@ def stream(spark: Any, args: argparse.Namespace) -> int:
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime="200 milliseconds")
-    print("started", flush=True)
+    say("started")
     query = writer.start()
     query.awaitTermination()
     exc = query.exception()
@@ -105,24 +105,29 @@ def checks(spark: Any, args: argparse.Namespace) -> int:
 
     run("gap_default")
     run("gap_off", failOnDataLoss="false")
-    try:
-        spark.read.format("aoz").load(args.gap_recording).count()
-        result["gap_batch"] = None
-    except Exception as exc:
-        result["gap_batch"] = str(exc)[:2000]
-    result["gap_batch_off"] = (
-        spark.read.format("aoz").option("failOnDataLoss", "false").load(args.gap_recording).count()
-    )
     at = (
         spark.read.format("aoz").option("startingOffsets", args.start_time)
         .load(args.time_recording).select("sequence").collect()
     )  # fmt: skip
     result["from_time"] = sorted(r.sequence for r in at)
-    print("result " + json.dumps(result), flush=True)
+    say("result " + json.dumps(result))
     return 0
 
 
+def say(line: str) -> None:
+    """A line for the test (on the pipe only this process holds: see main)."""
+    os.write(_OUT, (line + "\n").encode())
+
+
+_OUT = 1
+
+
 def main() -> int:
+    global _OUT
+    # The driver JVM would inherit stdout and hold the test's pipe open after this
+    # process is killed: keep the pipe on a private descriptor, give the JVM stderr.
+    _OUT = os.dup(1)
+    os.dup2(2, 1)
     p = argparse.ArgumentParser()
     p.add_argument("master")
     sub = p.add_subparsers(dest="mode", required=True)
