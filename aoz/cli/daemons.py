@@ -1,5 +1,5 @@
-"""Daemons and tools: ``aoz nsd``, ``aoz broker``, ``aoz record``, ``aoz sidecar``,
-``aoz keygen`` and ``aoz demo``."""
+"""Daemons and tools: ``aoz nsd``, ``aoz broker``, ``aoz record``, ``aoz replay``,
+``aoz sidecar``, ``aoz keygen`` and ``aoz demo``."""
 
 import logging
 import os
@@ -41,7 +41,14 @@ EXAMPLES = {
 
   aoz record 'MD.>' 'TRADES.*' --dir rec --duration 60 --type mypkg.types:Quote
 
-Read it back: spark.read.parquet("recordings") or pyarrow.dataset.dataset("recordings")""",
+Read it back: spark.read.format("aoz").load("recordings"), aoz replay, or pyarrow""",
+    "replay": """Examples:
+
+  aoz replay 'MD.>' --dir recordings                 # all of it, at the original pace
+
+  aoz replay 'MD.*.IBM' --dir rec --from 2026-11-25T09:00:00Z --to 2026-11-25T09:05Z
+
+  aoz replay 'MD.>' --dir rec --from 1764061200 --speed max   # seconds; as fast as possible""",
 }
 
 
@@ -185,6 +192,60 @@ async def record(
     )  # fmt: skip
     c.write(msgspec.json.encode(stats) + b"\n")
     return 0
+
+
+async def replay(
+    conn: dict[str, Any],
+    patterns: list[str],
+    directory: Path,
+    *,
+    start: str | None = None,
+    end: str | None = None,
+    speed: float | None = 1.0,
+    wait: float = 2.0,
+) -> int:
+    """Publish a recorded time range again once the mesh's subscribers reached us; prints
+    the statistics as JSON on stdout."""
+    try:
+        from ..record import replay as replay_range
+        from ..record.replay import to_micros
+    except ImportError as exc:
+        raise c.UserError(
+            f"aoz replay needs the recorder's extra: pip install 'aoz[record]' ({exc.name} missing)"
+        ) from None
+    from ..protocol.subjects import compile_pattern
+
+    first, last = _time_arg("--from", start, to_micros), _time_arg("--to", end, to_micros)
+    for pattern in patterns:
+        try:
+            compile_pattern(pattern)
+        except AozError as exc:
+            raise c.UserError(f"aoz replay: {exc}") from None
+    # nothing lost to a slow subscriber: a replay waits for room instead of dropping
+    conn = {"send_policy": "block", **conn} if not os.environ.get("AOZ_SEND_POLICY") else conn
+    async with c.open_node(conn) as node:
+        if not await c.wait_for_mesh(node, wait):
+            c.info(f"warning: no subscriber reached us within {wait} s; replaying anyway")
+        stats = await replay_range(node, directory, patterns, start=first, end=last,
+                                   speed=speed)  # fmt: skip
+        c.info(f"Replayed {stats.published} message(s) on {stats.subjects} subject(s)")
+    c.write(msgspec.json.encode(stats) + b"\n")
+    return 0
+
+
+def _time_arg(name: str, value: str | None, check: Any) -> float | str | None:
+    """``--from``/``--to``: epoch seconds or ISO 8601 text, checked before connecting."""
+    if value is None:
+        return None
+    try:
+        when: float | str = float(value)
+    except ValueError:
+        when = value
+    try:
+        check(when)
+    except AozError as exc:
+        raise c.UserError(f"{name}: {exc}") from None
+    return when
 
 
 def _check_writable(directory: Path) -> None:
@@ -368,6 +429,51 @@ def register(app: typer.Typer) -> None:
             own_signals=True,
         )  # fmt: skip
 
+    @app.command("replay", epilog=EXAMPLES["replay"])
+    def _replay(
+        patterns: Annotated[
+            list[str], typer.Argument(help="Subjects or patterns to replay (one or more).")
+        ],
+        directory: Annotated[
+            Path, typer.Option("--dir", "-d", help="Directory of the recording.")
+        ] = Path("recordings"),
+        start: Annotated[
+            str | None,
+            typer.Option("--from", help="First receive time: ISO 8601 (UTC if naive) or epoch s."),
+        ] = None,
+        end: Annotated[
+            str | None, typer.Option("--to", help="End of the range (excluded), as --from.")
+        ] = None,
+        speed: Annotated[
+            str,
+            typer.Option("--speed", help="1 = original pace, 2 = twice as fast, max = no pauses."),
+        ] = "1",
+        wait: Annotated[
+            float, typer.Option("--wait", min=0.0, help="Seconds to wait for subscribers first.")
+        ] = 2.0,
+        log_level: c.LogLevel = None,
+        naming: c.Naming = None,
+        static_bind: c.StaticBind = None,
+        static_connect: c.StaticConnect = None,
+        config: c.Config = None,
+        connect_timeout: c.ConnectTimeout = None,
+    ) -> None:
+        """Publish recorded messages again, on their own subjects, at their pace or faster;
+        statistics (JSON) on stdout."""
+        if speed.strip().lower() == "max":
+            pace = None
+        else:
+            try:
+                pace = float(speed)
+            except ValueError:
+                pace = 0.0
+            if not pace > 0:
+                raise c.UserError(f"--speed {speed!r}: a number > 0, or max")
+        if not directory.is_dir():
+            raise c.UserError(f"--dir {directory}: no such directory")
+        conn = c.Conn(naming, static_bind, static_connect, config, connect_timeout).kwargs("replay")
+        c.run(replay(conn, patterns, directory, start=start, end=end, speed=pace, wait=wait))
+
     @app.command(
         "demo",
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
@@ -382,4 +488,4 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(code)
 
 
-__all__ = ["broker", "nsd", "record", "register", "watch_mesh"]
+__all__ = ["broker", "nsd", "record", "register", "replay", "watch_mesh"]

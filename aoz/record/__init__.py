@@ -5,7 +5,9 @@
     async with Recorder(node, ["MD.>"], "recordings", types=[Quote, Trade]) as rec:
         ...
 
-Batch reading of a recording is Spark's (``spark.read.parquet("recordings")``) or
+Replay onto the mesh: :func:`replay` (``aoz replay``). Spark reads a recording with
+the ``aoz`` source (:mod:`aoz.spark.source`: offsets, streaming, data-loss checks).
+Plain batch reading of a recording is also Spark's (``spark.read.parquet("recordings")``) or
 pyarrow's (``pyarrow.dataset.dataset("recordings", partitioning="hive")``) own Parquet
 reader; the columns are documented in :mod:`aoz.record.schema`.
 """
@@ -18,6 +20,7 @@ except ImportError as exc:  # pragma: no cover - only without the extra
     raise ImportError("aoz.record needs pyarrow: pip install 'aoz[record]'") from exc
 
 from .recorder import Recorder, RecorderStatistics, record_main, resolve_types
+from .replay import ReplayStatistics, replay
 from .schema import FIXED_COLUMNS, Column, arrow_schema, columns_for, spark_ddl
 
 __all__ = [
@@ -25,9 +28,11 @@ __all__ = [
     "Column",
     "Recorder",
     "RecorderStatistics",
+    "ReplayStatistics",
     "arrow_schema",
     "columns_for",
     "record_main",
+    "replay",
     "resolve_types",
     "spark_ddl",
 ]
