@@ -58,7 +58,9 @@ async def publisher(n: int) -> None:
         sys.stdin.read()  # stay until released, so queued frames are delivered
 
 
-async def one_round(n: int, directory: Path, pattern: str = "BENCH.>") -> dict[str, float]:
+async def one_round(
+    n: int, directory: Path, pattern: str = "BENCH.>", writer: str = "process"
+) -> dict[str, Any]:
     import aoz
     from aoz.errors import WaitTimeout
     from aoz.record import Recorder
@@ -76,7 +78,8 @@ async def one_round(n: int, directory: Path, pattern: str = "BENCH.>") -> dict[s
     ready = json.loads(await anext(lines))
     async with aoz.connect(bind=["tcp://127.0.0.1:*"], connect=[ready["endpoint"]]) as node:
         async with Recorder(node, [pattern], directory, types=[Tick], flush_rows=50_000,
-                            flush_interval=0.5, queue_size=1_000_000) as rec:  # fmt: skip
+                            flush_interval=0.5, queue_size=1_000_000,
+                            writer=writer) as rec:  # type: ignore[arg-type]  # fmt: skip
             first = anyio.Event()
             t_first = [0.0]
 
@@ -108,6 +111,7 @@ async def one_round(n: int, directory: Path, pattern: str = "BENCH.>") -> dict[s
     return {
         "publisher": result["rate"], "recorder": rec_rate, "ratio": rec_rate / result["rate"],
         "dropped": stats.dropped, "lost": n - stats.written, "size": result["size"],
+        "writer": writer,
     }  # fmt: skip
 
 
@@ -137,24 +141,30 @@ def main() -> int:
     p.add_argument("--n", type=int, default=300_000)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--pattern", default="BENCH.>", help="what the recorder subscribes")
+    p.add_argument("--writer", choices=["thread", "process", "both"], default="both",
+                   help="the recorder's writer; both: alternate them in each round")
     p.add_argument("--role", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.role:
         anyio.run(publisher, args.n)
         return 0
+    writers = ["thread", "process"] if args.writer == "both" else [args.writer]
     rounds = []
     for r in range(args.rounds):
-        with tempfile.TemporaryDirectory() as tmp:
-            res = anyio.run(one_round, args.n, Path(tmp), args.pattern)
-        rounds.append(res)
-        print(f"round {r + 1}: publisher {res['publisher']:,.0f} msg/s, recorder "
-              f"{res['recorder']:,.0f} rows/s, ratio {res['ratio']:.2f}, not recorded "
-              f"{res['lost']:,} of {args.n:,} (subscription drops {res['dropped']:,}), "
-              f"{res['size']} B messages", flush=True)  # fmt: skip
-    ratios = [x["ratio"] for x in rounds]
-    print(f"recorder : publisher = {statistics.median(ratios):.2f} (median of {len(ratios)}, "
-          f"min {min(ratios):.2f}, max {max(ratios):.2f}); build_tables alone "
-          f"{build_rate():,.0f} rows/s")  # fmt: skip
+        for writer in writers:
+            with tempfile.TemporaryDirectory() as tmp:
+                res = anyio.run(one_round, args.n, Path(tmp), args.pattern, writer)
+            rounds.append(res)
+            print(f"round {r + 1} ({writer} writer): publisher {res['publisher']:,.0f} msg/s, "
+                  f"recorder {res['recorder']:,.0f} rows/s, ratio {res['ratio']:.2f}, not "
+                  f"recorded {res['lost']:,} of {args.n:,} (subscription drops "
+                  f"{res['dropped']:,}), {res['size']} B messages", flush=True)  # fmt: skip
+    for writer in writers:
+        ratios = [x["ratio"] for x in rounds if x["writer"] == writer]
+        print(f"recorder ({writer} writer) : publisher = {statistics.median(ratios):.2f} "
+              f"(median of {len(ratios)}, min {min(ratios):.2f}, max {max(ratios):.2f}), "
+              f"load {os.getloadavg()[0]:.1f}")  # fmt: skip
+    print(f"build_tables alone {build_rate():,.0f} rows/s")
     out = ROOT / "benchmarks" / "out"
     out.mkdir(exist_ok=True)
     (out / "pipeline-recorder.json").write_text(json.dumps(rounds, indent=1))

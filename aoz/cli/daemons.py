@@ -41,6 +41,8 @@ EXAMPLES = {
 
   aoz record 'MD.>' 'TRADES.*' --dir rec --duration 60 --type mypkg.types:Quote
 
+  aoz record 'MD.>' --dir rec --partition 0/2 & aoz record 'MD.>' --dir rec --partition 1/2
+
 Read it back: spark.read.format("aoz").load("recordings"), aoz replay, or pyarrow""",
     "replay": """Examples:
 
@@ -171,9 +173,12 @@ async def record(
     flush_interval: float = 1.0,
     duration: float | None = None,
     progress: bool | None = None,
+    writer: str = "thread",
+    partition: str | None = None,
 ) -> int:
     """Record ``patterns`` to Parquet under ``directory`` until SIGINT/SIGTERM or
     ``duration``; prints the final statistics as JSON on stdout."""
+    part = _partition_arg(partition)
     try:
         from ..record import record_main, resolve_types
     except ImportError as exc:
@@ -188,7 +193,7 @@ async def record(
     stats = await record_main(
         patterns, directory, types=resolve_types(types or []), flush_rows=flush_rows,
         flush_interval=flush_interval, duration=duration, progress=progress, on_ready=ready,
-        **conn,
+        writer="process" if writer == "process" else "thread", partition=part, **conn,
     )  # fmt: skip
     c.write(msgspec.json.encode(stats) + b"\n")
     return 0
@@ -231,6 +236,20 @@ async def replay(
         c.info(f"Replayed {stats.published} message(s) on {stats.subjects} subject(s)")
     c.write(msgspec.json.encode(stats) + b"\n")
     return 0
+
+
+def _partition_arg(value: str | None) -> tuple[int, int] | None:
+    """``--partition I/N``."""
+    if value is None:
+        return None
+    i, sep, n = value.partition("/")
+    try:
+        part = (int(i), int(n))
+    except ValueError:
+        part = (-1, 0)
+    if not sep or not 0 <= part[0] < part[1]:
+        raise c.UserError(f"--partition {value!r}: I/N with 0 <= I < N, e.g. 0/2")
+    return part
 
 
 def _time_arg(name: str, value: str | None, check: Any) -> float | str | None:
@@ -414,6 +433,17 @@ def register(app: typer.Typer) -> None:
                 help="Live progress line on stderr (default: when a terminal).",
             ),
         ] = None,
+        partition: Annotated[
+            str | None,
+            typer.Option(
+                "--partition", metavar="I/N",
+                help="Record only subjects whose hash mod N is I (N recorders share them).",
+            ),
+        ] = None,
+        writer: Annotated[
+            str,
+            typer.Option("--writer", help="Decode and write in a 'thread' or a 'process'."),
+        ] = "thread",
         log_level: c.LogLevel = None,
         naming: c.Naming = None,
         static_bind: c.StaticBind = None,
@@ -422,10 +452,13 @@ def register(app: typer.Typer) -> None:
         connect_timeout: c.ConnectTimeout = None,
     ) -> None:
         """Record subjects to Parquet until Ctrl-C/SIGTERM; final statistics (JSON) on stdout."""
+        if writer not in ("thread", "process"):
+            raise c.UserError(f"--writer {writer!r}: thread or process")
         conn = c.Conn(naming, static_bind, static_connect, config, connect_timeout).kwargs("record")
         c.run(
             record(conn, patterns, directory, types=types, flush_rows=flush_rows,
-                   flush_interval=flush_interval, duration=duration, progress=progress),
+                   flush_interval=flush_interval, duration=duration, progress=progress,
+                   writer=writer, partition=partition),
             own_signals=True,
         )  # fmt: skip
 

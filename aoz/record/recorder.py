@@ -39,9 +39,10 @@ import signal
 import sys
 import time
 import uuid as uuidlib
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.abc
@@ -97,6 +98,13 @@ class Recorder:
         queue_size: per-subscription queue bound (default: the node's setting).
         fsync: fsync each file and its directory before reporting it written.
         compression: Parquet codec (``snappy``, ``zstd``, ``none``...).
+        writer: where payloads are decoded and files built: ``"thread"`` (a worker
+            thread, which holds the GIL while it decodes) or ``"process"`` (a worker
+            process started by a fork server: the event loop keeps the GIL for
+            receiving, at the cost of pickling each flush's rows to it).
+        partition: ``(i, n)``: record only the subjects whose stable hash (CRC-32) modulo
+            ``n`` is ``i``, so ``n`` recorders (``aoz record --partition i/n``) share
+            the subjects of the same patterns.
     """
 
     def __init__(
@@ -112,7 +120,17 @@ class Recorder:
         queue_size: int | None = None,
         fsync: bool = False,
         compression: str = "snappy",
+        writer: Literal["process", "thread"] = "thread",
+        partition: tuple[int, int] | None = None,
     ) -> None:
+        if writer not in ("process", "thread"):
+            raise ConfigError(f"recorder writer must be 'process' or 'thread', not {writer!r}")
+        if partition is not None and not 0 <= partition[0] < partition[1]:
+            raise ConfigError(f"recorder partition {partition}: need 0 <= i < n")
+        self.writer = writer
+        self.partition = partition
+        self._mine: dict[str, bool] = {}
+        self._pool: Any = None
         if flush_rows < 1:
             raise ConfigError("flush_rows must be >= 1")
         if flush_interval <= 0:
@@ -203,7 +221,12 @@ class Recorder:
                         self._received += 1
                     sub.close()
                 self._signal_progress()
-                await self.flush()
+                try:
+                    await self.flush()
+                finally:
+                    if self._pool is not None:
+                        pool, self._pool = self._pool, None
+                        await anyio.to_thread.run_sync(pool.shutdown)
 
     # ------------------------------------------------------------------ tasks
     async def _run_consumers(self) -> None:
@@ -214,6 +237,8 @@ class Recorder:
 
     async def _consume(self, sub: Subscription) -> None:
         async for batch in sub.batches(1024):
+            if self.partition is not None:
+                batch = [m for m in batch if self._is_mine(m.subject)]
             self._buffer.extend(batch)
             self._received += len(batch)
             self._signal_progress()
@@ -223,6 +248,16 @@ class Recorder:
             while len(self._buffer) + self._writing >= self.max_pending_rows:
                 self._flush_wanted.set()
                 await self._room.wait()
+
+    def _is_mine(self, subject: str) -> bool:
+        mine = self._mine.get(subject)
+        if mine is None:
+            assert self.partition is not None
+            if len(self._mine) > 100_000:
+                self._mine.clear()
+            i, n = self.partition
+            mine = self._mine[subject] = in_partition(subject, i, n)
+        return mine
 
     async def _run_flusher(self) -> None:
         with self._flusher:
@@ -285,21 +320,35 @@ class Recorder:
 
     def _write(self, messages: list[Message]) -> tuple[list[Path], int]:
         rows: list[_Row] = [(m.subject, m.received_at, m.payload) for m in messages]
-        tables, errors = build_tables(rows, self.columns)
+        job = (rows, self.columns, str(self.directory), self._id, self._file_no,
+               self.compression, self.fsync)  # fmt: skip
+        if self.writer == "thread":
+            written, errors = write_rows(*job)
+        else:
+            written, errors = self._in_process(job)
         paths = []
-        stamp = int(time.time() * 1_000_000)
-        for date, table in tables.items():
+        for path, size in written:
             self._file_no += 1
-            name = f"part-{stamp}-{self._id}-{self._file_no:06d}.parquet"
-            path, size = write_atomically(
-                table, partition_dir(self.directory, date), name,
-                compression=self.compression, fsync=self.fsync,
-            )  # fmt: skip
             self._files += 1
             self._bytes += size
-            self._last_file = str(path)
-            paths.append(path)
+            self._last_file = path
+            paths.append(Path(path))
         return paths, errors
+
+    def _in_process(self, job: tuple[Any, ...]) -> tuple[list[tuple[str, int]], int]:
+        """:func:`write_rows` in the worker process (blocking: called in a thread); a
+        worker that died is replaced, and the rows are retried by the next flush."""
+        from concurrent.futures.process import BrokenProcessPool
+
+        if self._pool is None:
+            self._pool = _new_pool()
+        try:
+            result: tuple[list[tuple[str, int]], int] = self._pool.submit(write_rows, *job).result()
+        except BrokenProcessPool:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+            raise
+        return result
 
     # ------------------------------------------------------------------ statistics
     def statistics(self) -> RecorderStatistics:
@@ -320,6 +369,51 @@ class Recorder:
 
     def __repr__(self) -> str:
         return f"<Recorder {self.patterns} -> {self.directory} written={self._written}>"
+
+
+def in_partition(subject: str, i: int, n: int) -> bool:
+    """Whether ``subject`` belongs to partition ``i`` of ``n`` (CRC-32 of its UTF-8 bytes:
+    the same in every process and on every host).
+
+    >>> [in_partition("MD.IBM", i, 3) for i in range(3)].count(True)
+    1
+    """
+    return zlib.crc32(subject.encode()) % n == i
+
+
+def write_rows(
+    rows: list[_Row],
+    columns: tuple[Column, ...],
+    directory: str,
+    recorder_id: str,
+    file_no: int,
+    compression: str,
+    fsync: bool,
+) -> tuple[list[tuple[str, int]], int]:
+    """Build the tables of ``rows`` and write them as files ``file_no + 1``... of recorder
+    run ``recorder_id``; returns ``([(path, bytes)], decode_errors)``. Runs in the
+    recorder's worker process (or a thread): everything it needs is in its arguments."""
+    tables, errors = build_tables(rows, columns)
+    written = []
+    stamp = int(time.time() * 1_000_000)
+    for date, table in tables.items():
+        file_no += 1
+        name = f"part-{stamp}-{recorder_id}-{file_no:06d}.parquet"
+        path, size = write_atomically(
+            table, partition_dir(Path(directory), date), name,
+            compression=compression, fsync=fsync,
+        )  # fmt: skip
+        written.append((str(path), size))
+    return written, errors
+
+
+def _new_pool() -> Any:
+    """One worker process, started by a fork server (never a fork of this process, whose
+    ZeroMQ threads a child must not inherit)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("forkserver"))
 
 
 def resolve_types(specs: Iterable[str]) -> list[type[Any]]:
@@ -349,6 +443,8 @@ async def record_main(
     progress: bool | None = None,
     on_ready: Callable[[Recorder], None] | None = None,
     node: Node | None = None,
+    writer: Literal["process", "thread"] = "thread",
+    partition: tuple[int, int] | None = None,
     **settings: Any,
 ) -> RecorderStatistics:
     """Record until SIGINT/SIGTERM (or ``duration`` seconds); return the final statistics.
@@ -369,7 +465,7 @@ async def record_main(
             node = await stack.enter_async_context(connect(**settings))
         rec = await stack.enter_async_context(
             Recorder(node, patterns, directory, types=types, flush_rows=flush_rows,
-                     flush_interval=flush_interval)
+                     flush_interval=flush_interval, writer=writer, partition=partition)
         )  # fmt: skip
         if on_ready is not None:
             on_ready(rec)

@@ -12,6 +12,7 @@ from aoz.record.offsets import (
     Position,
     RecordingFile,
     advance,
+    cut,
     earliest,
     from_json,
     index_of,
@@ -134,6 +135,13 @@ def test_any_cut_points_and_splits_partition_the_rows(rows, cuts, parts):
                 (s.file.recorder, s.file.number, r) for s in task for r in range(s.start, s.stop)
             ]
     assert pieces == everything(fs)
+
+
+def test_cut_shows_the_files_as_they_were_at_an_offset():
+    fs = files_of("a", [3, 4]) + files_of("b", [2], stamp=5)
+    then = cut(fs, {"a": Position(2, 1)})
+    assert [(f.recorder, f.number, f.rows) for f in then] == [("a", 1, 3), ("a", 2, 1)]
+    assert latest(then) == {"a": Position(2, 1)} and cut(fs, None) == fs
 
 
 def test_max_rows_is_shared_among_recorders_in_proportion():

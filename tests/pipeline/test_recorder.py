@@ -18,6 +18,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
+from aoz.errors import ConfigError
 from aoz.record import Recorder, arrow_schema, columns_for
 from aoz.record.schema import build_tables
 from examples.marketdata import MarketSimulator, Quote, Trade
@@ -205,3 +206,46 @@ async def _read_all(stream: anyio.abc.ByteReceiveStream) -> bytes:
     async for chunk in stream:
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def test_a_process_writer_records_every_message_as_the_thread_writer_does(
+    aoz_node_factory, tmp_path
+):
+    feed = await aoz_node_factory()
+    node = await aoz_node_factory()
+    n = 2_500
+    async with Recorder(
+        node, ["P.>"], tmp_path, flush_rows=1000, flush_interval=30, writer="process"
+    ) as rec:
+        await feed.wait_for_interest("P.a", timeout=10)
+        for i in range(n):
+            await feed.publish(f"P.{i % 3}", {"seq": i + 1, "sender": "p"})
+        during = await rec.wait_until(received=n, written=1000, timeout=30)  # by the worker
+    final = rec.statistics()
+    assert during.files >= 1 and final.received == final.written == n
+    table = read_all(tmp_path)
+    assert sorted(table.column("sequence").to_pylist()) == list(range(1, n + 1))
+    assert final.last_file in {str(p) for p in visible_files(tmp_path)}
+
+
+async def test_partitions_share_the_subjects_between_recorders(aoz_node_factory, tmp_path):
+    from aoz.record.recorder import in_partition
+
+    feed = await aoz_node_factory()
+    node = await aoz_node_factory()
+    subjects = [f"Q.S{i}" for i in range(12)]
+    async with (
+        Recorder(node, ["Q.>"], tmp_path / "0", partition=(0, 2)) as zero,
+        Recorder(node, ["Q.>"], tmp_path / "1", partition=(1, 2)) as one,
+    ):
+        await feed.wait_for_interest("Q.S0", timeout=10)
+        for subject in subjects:
+            await feed.publish(subject, {"seq": 1})
+        mine = sum(in_partition(s, 0, 2) for s in subjects)
+        await zero.wait_until(received=mine)
+        await one.wait_until(received=len(subjects) - mine)
+    got = [set(read_all(tmp_path / str(i)).column("subject").to_pylist()) for i in (0, 1)]
+    assert got[0].isdisjoint(got[1]) and got[0] | got[1] == set(subjects)
+    assert got[0] == {s for s in subjects if in_partition(s, 0, 2)} and 0 < len(got[0]) < 12
+    with pytest.raises(ConfigError):
+        Recorder(node, ["Q.>"], tmp_path, partition=(2, 2))
