@@ -136,6 +136,36 @@ def build_rate(n: int = 200_000) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def writer_cost(n: int = 100_000, rounds: int = 3) -> dict[str, float]:
+    """CPU seconds per million rows that the recorder's own process spends writing
+    (``time.process_time``: every thread of this process, not the worker process):
+    what the writer takes from the event loop's GIL, whatever the machine's load."""
+    from aoz.record.recorder import _new_pool, write_rows
+    from aoz.record.schema import columns_for
+
+    rows = [
+        ("BENCH.X", time.time(), b"\x01" + msgspec.msgpack.encode(payload(i))) for i in range(n)
+    ]
+    cols = columns_for([Tick])
+    pool = _new_pool()
+    out: dict[str, list[float]] = {"thread": [], "process": []}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            pool.submit(write_rows, rows[:10], cols, tmp, "warm0000", 0, "snappy", False).result()
+            for r in range(rounds):
+                t = time.process_time()
+                write_rows(rows, cols, tmp, "thread00", 10 * r, "snappy", False)
+                out["thread"].append(time.process_time() - t)
+                t = time.process_time()
+                job = [(m[0], m[1], m[2]) for m in rows]  # what _write builds from messages
+                args = (job, cols, tmp, "proc0000", 10 * r, "snappy", False)
+                pool.submit(write_rows, *args).result()
+                out["process"].append(time.process_time() - t)
+    finally:
+        pool.shutdown()
+    return {k: statistics.median(v) / n * 1e6 for k, v in out.items()}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--n", type=int, default=300_000)
@@ -143,10 +173,16 @@ def main() -> int:
     p.add_argument("--pattern", default="BENCH.>", help="what the recorder subscribes")
     p.add_argument("--writer", choices=["thread", "process", "both"], default="both",
                    help="the recorder's writer; both: alternate them in each round")
+    p.add_argument("--cost-only", action="store_true", help="only the writers' CPU cost")
     p.add_argument("--role", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.role:
         anyio.run(publisher, args.n)
+        return 0
+    if args.cost_only:
+        cost = writer_cost()
+        print(f"recorder-process CPU per million rows written: thread writer "
+              f"{cost['thread']:.2f} s, process writer {cost['process']:.2f} s")
         return 0
     writers = ["thread", "process"] if args.writer == "both" else [args.writer]
     rounds = []
@@ -165,6 +201,9 @@ def main() -> int:
               f"(median of {len(ratios)}, min {min(ratios):.2f}, max {max(ratios):.2f}), "
               f"load {os.getloadavg()[0]:.1f}")  # fmt: skip
     print(f"build_tables alone {build_rate():,.0f} rows/s")
+    cost = writer_cost()
+    print(f"recorder-process CPU per million rows written: thread writer "
+          f"{cost['thread']:.2f} s, process writer {cost['process']:.2f} s")
     out = ROOT / "benchmarks" / "out"
     out.mkdir(exist_ok=True)
     (out / "pipeline-recorder.json").write_text(json.dumps(rounds, indent=1))
