@@ -28,11 +28,11 @@ from .errors import TransportError, WouldBlock
 from .message import Message
 from .protocol.frames import Kind
 
-ABI = 6
+ABI = 7
 BATCH = 1024
 #: the protocol's numbers built in below; aoz.dataplane checks them against its own
 CONSTANTS = {"BATCH": BATCH, "MAX_SUBJECT": 256, "HEADER_LEN": 13, "AOZ_CODEC_IDS": 4,
-             "COPY_THRESHOLD": 65536, "YIELD_EVERY": 256, "HANDLE_LEN": 60}
+             "SEQUENCE_FLAG": 0x04, "COPY_THRESHOLD": 65536, "YIELD_EVERY": 256, "HANDLE_LEN": 60}
 
 cdef Py_ssize_t _BATCH = BATCH
 cdef int _NOBLOCK = zmq.NOBLOCK
@@ -49,6 +49,7 @@ cdef object _send = getattr(zmq.backend, "Socket", zmq.Socket).send
 cdef Py_ssize_t _MAX_SUBJECT = CONSTANTS["MAX_SUBJECT"]  # aoz.protocol.subjects
 cdef Py_ssize_t _HEADER_LEN = CONSTANTS["HEADER_LEN"]  # aoz.protocol.sequence
 cdef uint8_t _AOZ_CODEC_IDS = CONSTANTS["AOZ_CODEC_IDS"]  # aoz.protocol.codecs
+cdef uint8_t _FLAG = CONSTANTS["SEQUENCE_FLAG"]  # aoz.protocol.sequence
 cdef Py_ssize_t _COPY_THRESHOLD = CONSTANTS["COPY_THRESHOLD"]  # aoz.dataplane
 cdef unsigned int _YIELD_EVERY = CONSTANTS["YIELD_EVERY"]  # aoz.dataplane
 cdef Py_ssize_t _HANDLE_LEN = CONSTANTS["HANDLE_LEN"]  # aoz.protocol.frames
@@ -97,11 +98,10 @@ cdef inline Py_ssize_t _data_start(const uint8_t* buf, Py_ssize_t flen,
     cdef uint8_t first
     if flen > start:
         first = buf[start]
-        if first & 0x80:
-            if (first & 0x7F) < _AOZ_CODEC_IDS and flen >= start + _HEADER_LEN:
-                return start + _HEADER_LEN
-        elif first < _AOZ_CODEC_IDS:
+        if first < _AOZ_CODEC_IDS:
             return start + 1
+        if (first ^ _FLAG) < _AOZ_CODEC_IDS and flen >= start + _HEADER_LEN:
+            return start + _HEADER_LEN
     return start
 
 

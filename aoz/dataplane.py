@@ -613,11 +613,10 @@ def _drain_sub_py(plane: DataPlane, sock: zmq.Socket[bytes]) -> int:
                     # data_start, inline: after the codec byte or the sequence header
                     start = data = nul + 3
                     first = frame[start] if flen > start else 0x7F
-                    if first & FLAG:
-                        if first & 0x7F < AOZ_CODEC_IDS and flen >= start + HEADER_LEN:
-                            data = start + HEADER_LEN
-                    elif first < AOZ_CODEC_IDS:
+                    if first < AOZ_CODEC_IDS:
                         data = start + 1
+                    elif first ^ FLAG < AOZ_CODEC_IDS and flen >= start + HEADER_LEN:
+                        data = start + HEADER_LEN
                     msg = Message(frame, nul, start, data, publish, None, now, responder)
                     if data - start == HEADER_LEN:
                         # sequenced: the next number from the subject's last publisher
@@ -761,11 +760,11 @@ def _compiled() -> ModuleType | None:
 def _constants() -> dict[str, int]:
     """The protocol's numbers that the compiled module has built in."""
     return {"BATCH": _BATCH, "MAX_SUBJECT": MAX_SUBJECT, "HEADER_LEN": HEADER_LEN,
-            "AOZ_CODEC_IDS": AOZ_CODEC_IDS, "COPY_THRESHOLD": _COPY_THRESHOLD,
-            "YIELD_EVERY": _YIELD_EVERY, "HANDLE_LEN": HANDLE_LEN}
+            "AOZ_CODEC_IDS": AOZ_CODEC_IDS, "SEQUENCE_FLAG": FLAG,
+            "COPY_THRESHOLD": _COPY_THRESHOLD, "YIELD_EVERY": _YIELD_EVERY, "HANDLE_LEN": HANDLE_LEN}
 
 
-_HOT_PATH_ABI = 6  # bump with any change to the functions' contract
+_HOT_PATH_ABI = 7  # bump with any change to the functions' contract
 _speedups_module = _compiled()
 #: which implementation of the hot path runs: "compiled" or "python"
 HOT_PATH = "python" if _speedups_module is None else "compiled"

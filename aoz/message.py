@@ -39,11 +39,10 @@ def data_start(frame: bytes, start: int) -> int:
     """
     if len(frame) > start:
         first = frame[start]
-        if first & FLAG:
-            if first & ~FLAG < _KNOWN_IDS and len(frame) >= start + HEADER_LEN:
-                return start + HEADER_LEN
-        elif first < _KNOWN_IDS:
+        if first < _KNOWN_IDS:
             return start + 1
+        if first ^ FLAG < _KNOWN_IDS and len(frame) >= start + HEADER_LEN:
+            return start + HEADER_LEN
     return start
 
 
@@ -130,7 +129,7 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False, gc=False):
     def _split(self) -> tuple[Codec, bytes]:
         if self._sequenced():
             f, st = self._frame, self._start
-            return split_payload(bytes((f[st] & ~FLAG,)) + f[st + HEADER_LEN :])
+            return split_payload(bytes((f[st] ^ FLAG,)) + f[st + HEADER_LEN :])
         return split_payload(self.payload)
 
     @property

@@ -108,7 +108,7 @@ class FrameBuilder:
             return e.prefix + _U32(e.seq & _SEQ_WRAP) + data
         seq = e.seq & _SEQ_WRAP
         body = encode_payload(data, codec, default=self.default_codec)
-        if not body or body[0] & FLAG or body[0] >= _AOZ_CODECS or type(data) is Verbatim:
+        if not body or body[0] >= _AOZ_CODECS or type(data) is Verbatim:
             e.seq -= 1  # a foreign payload (omnm...) goes out as it is
             return e.header + body
         return b"".join((e.header, bytes((body[0] | FLAG,)), self._pid, _U32(seq), body[1:]))

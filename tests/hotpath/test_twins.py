@@ -170,7 +170,7 @@ def frames(draw: st.DrawFn) -> bytes:
         return draw(st.sampled_from([HANDLE, b"_INBOX.x", b"A"])) + b"\0\x03" + \
             draw(st.sampled_from([b"\0", b"\x01"])) + body
     if kind == "short":  # a sequence flag without a whole header
-        return subject + b"\0\x01\0\x80" + body[:11]
+        return subject + b"\0\x01\0\x04" + body[:11]
     return draw(st.binary(max_size=40))
 
 
@@ -301,7 +301,7 @@ def test_the_senders_put_the_same_bytes_on_the_wire(sequenced: bool) -> None:
     assert outcomes[-3] == 4 and outcomes[-2].startswith("EncodeError")
     if sequenced:  # the failed batch numbered nothing: "after" follows "s"
         numbers = {f[17:]: int.from_bytes(f[13:17], "little") for f in wire
-                   if f[:2] == b"A\0" and f[4] & 0x80}
+                   if f[:2] == b"A\0" and f[4] & 0x04}
         assert numbers[b"after"] == numbers[b"s"] + 1, numbers
 
 
