@@ -761,7 +761,8 @@ def _constants() -> dict[str, int]:
     """The protocol's numbers that the compiled module has built in."""
     return {"BATCH": _BATCH, "MAX_SUBJECT": MAX_SUBJECT, "HEADER_LEN": HEADER_LEN,
             "AOZ_CODEC_IDS": AOZ_CODEC_IDS, "SEQUENCE_FLAG": FLAG,
-            "COPY_THRESHOLD": _COPY_THRESHOLD, "YIELD_EVERY": _YIELD_EVERY, "HANDLE_LEN": HANDLE_LEN}
+            "COPY_THRESHOLD": _COPY_THRESHOLD, "YIELD_EVERY": _YIELD_EVERY,
+            "HANDLE_LEN": HANDLE_LEN}
 
 
 _HOT_PATH_ABI = 7  # bump with any change to the functions' contract
