@@ -83,7 +83,7 @@ def hot_path() -> str:
     pure-Python twin: where the extension could not be built, or with
     ``AOZ_PURE_PYTHON=1``). Both behave the same; the compiled one is faster.
     ``node.statistics().hot_path`` says the same."""
-    from .dataplane import HOT_PATH
+    from .hotpath import HOT_PATH
 
     return HOT_PATH
 

@@ -68,7 +68,7 @@ async def test_unsequenced_node_sends_plain_payloads(
 ) -> None:
     _, b = static_pair
     async with aoz.connect(bind=["tcp://127.0.0.1:*"], sequence=False) as plain:
-        b.connect_peer(plain.endpoint)
+        b.connect_endpoint(plain.endpoint)
         async with b.subscribe("PLAIN") as sub:
             await plain.wait_for_interest("PLAIN")
             await plain.publish("PLAIN", b"raw")

@@ -60,7 +60,7 @@ async def oz_and_node() -> AsyncIterator[tuple[OzPeer, aoz.Node]]:
     try:
         async with aoz.connect(bind=["tcp://127.0.0.1:*"]) as node:
             oz.sub.connect(node.endpoint)
-            node.connect_peer(oz.endpoint)
+            node.connect_endpoint(oz.endpoint)
             # the node subscribes to its own inbox on every link (SPEC §2)
             await oz.wait_subscribed(f"_INBOX.{node.uuid}".encode())
             yield oz, node
