@@ -151,8 +151,21 @@ class WouldBlock(AozError):
 
 
 class ServiceError(AozError):
-    """A named service answered with an error."""
+    """A service (a named one, or any responder of a request) answered with an error.
 
-    def __init__(self, message: str, *, service: str) -> None:
+    ``service`` is the subject; ``remote`` the remote error as it was sent
+    (``"ValueError: feed down"``), split into ``remote_type`` and ``remote_message``.
+    """
+
+    def __init__(self, message: str, *, service: str, remote: str | None = None) -> None:
         super().__init__(message)
         self.service = service
+        self.remote = remote
+        head, sep, tail = (remote or "").partition(": ")
+        self.remote_type = head if sep and head.isidentifier() else None
+        self.remote_message = tail if self.remote_type else (remote or "")
+
+    @classmethod
+    def from_reply(cls, service: str, remote: str) -> ServiceError:
+        """The error for an error reply (``Message.error``) to a request on ``service``."""
+        return cls(f"service {service!r} failed: {remote}", service=service, remote=remote)

@@ -48,6 +48,7 @@ from .errors import (
     AozError,
     ClosedError,
     NoResponders,
+    ServiceError,
     SubjectError,
     UsageError,
     UsageTypeError,
@@ -525,15 +526,21 @@ class Node:
 
         Raises :class:`aoz.NoResponders` at once when nobody subscribes to ``subject``
         (catch-all subscribers such as ``>`` monitors do not count as responders),
-        :class:`aoz.RequestTimeout` when no reply arrives within ``timeout`` seconds.
+        :class:`aoz.RequestTimeout` when no reply arrives within ``timeout`` seconds,
+        :class:`aoz.ServiceError` when the responder answered with an error (a service
+        whose handler raised: ``exc.remote_type``, ``exc.remote_message``).
 
         >>> reply = await node.request("SVC.quote", b"IBM", timeout=1.0)  # doctest: +SKIP
         """
         payload = self._request_parts(subject, data, codec)
         send, frames = self._send.send, self._frames
-        return await self._requests.wait_first(
+        reply = await self._requests.wait_first(
             subject, timeout, lambda handle: send(frames.request(subject, handle, payload))
         )
+        remote = reply.error
+        if remote is not None:  # the responder failed: an error, never a value
+            raise ServiceError.from_reply(subject, remote)
+        return reply
 
     def request_many(
         self,
@@ -545,6 +552,9 @@ class Node:
         codec: Codec | None = None,
     ) -> ReplyStream:
         """Send a request and iterate over every reply until ``timeout`` or ``max_replies``.
+
+        An error reply (a responder that failed) raises :class:`aoz.ServiceError` from
+        the iteration, at its place among the replies.
 
         >>> async for reply in node.request_many("SVC.quote", timeout=0.5):  # doctest: +SKIP
         ...     print(reply.decode())
