@@ -23,6 +23,7 @@ Every error aoz raises on purpose derives from :class:`AozError`, so
     ├── WaitTimeout            waiting for a message/subscriber/peer ran out (also TimeoutError)
     ├── TransportError         ZeroMQ refused an operation (bad endpoint, address in use...)
     ├── WouldBlock             publish_nowait on a blocking node: a subscriber's queue is full
+    ├── MessagesLost           a subscription is losing messages (error_cb's report)
     └── ServiceError           a named service call failed on the remote side
 """
 
@@ -34,6 +35,7 @@ __all__ = [
     "ConfigError",
     "DecodeError",
     "EncodeError",
+    "MessagesLost",
     "NamingTimeout",
     "NoResponders",
     "RequestError",
@@ -148,6 +150,18 @@ class WouldBlock(AozError):
     def __init__(self, message: str, *, subject: str | None = None) -> None:
         super().__init__(message)
         self.subject = subject
+
+
+class MessagesLost(AozError):
+    """A subscription is losing messages (what ``aoz.connect(error_cb=...)`` is told,
+    at most every 5 s per subscription): ``dropped`` by its own full queue, ``lost``
+    upstream (sequence gaps: a publisher's full queue, a cut link). Totals so far."""
+
+    def __init__(self, message: str, *, pattern: str, dropped: int, lost: int) -> None:
+        super().__init__(message)
+        self.pattern = pattern
+        self.dropped = dropped
+        self.lost = lost
 
 
 class ServiceError(AozError):

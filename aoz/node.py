@@ -24,6 +24,7 @@ lives in the modules above, and no method here is more than a few lines of it.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import secrets
@@ -31,7 +32,7 @@ import socket
 import sys
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from .discovery.peers import Peer, PeerEvent, PeerEventHub, PeerEventStream
 from .errors import (
     AozError,
     ClosedError,
+    MessagesLost,
     NoResponders,
     ServiceError,
     SubjectError,
@@ -104,7 +106,13 @@ class Node:
     ...     await node.publish("MD.NYSE.IBM", {"bid": 1.0, "ask": 1.1})
     """
 
-    def __init__(self, settings: Settings | None = None, **overrides: Any) -> None:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        error_cb: Callable[[AozError], Any] | None = None,
+        **overrides: Any,
+    ) -> None:
         self.settings = settings if settings is not None else load_settings(overrides)
         if settings is not None and overrides:
             self.settings = settings.replace(**overrides)
@@ -139,6 +147,7 @@ class Node:
                                 lambda: self.peers)
         self._no_responders = 0
         self._deferred = 0  # deferred replies waiting for a route
+        self._error_cb = error_cb
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> Node:
@@ -202,6 +211,27 @@ class Node:
         log.error("aoz node %s failed: %r", self.uuid, exc, exc_info=exc)
         self._failure = exc
         self._shutdown(self._failed_error())
+        self._report(self._failed_error())
+
+    def _report(self, err: AozError) -> None:
+        """Tell the application's ``error_cb`` (never raises into the caller: a loss is
+        reported from the receive path)."""
+        cb = self._error_cb
+        if cb is None:
+            return
+        try:
+            result = cb(err)
+            if inspect.isawaitable(result):
+                self._owner.start_soon(_await, result, name="aoz-error-cb")
+        except Exception:
+            log.exception("the error_cb given to aoz.connect raised")
+
+    def _report_loss(self, sub: Subscription) -> None:
+        self._report(MessagesLost(
+            f"subscription {sub.pattern.text!r} is losing messages: {sub.dropped} dropped "
+            f"(its queue was full), {sub.lost} lost upstream",
+            pattern=sub.pattern.text, dropped=sub.dropped, lost=sub.lost,
+        ))
 
     def _failed_error(self) -> ClosedError:
         err = ClosedError(f"the node failed: {self._failure!r}")
@@ -410,6 +440,8 @@ class Node:
         sub_ref.append(sub)
         if sub.overflow == "block":
             sub.backpressure(self._plane.receive.hold, self._plane.receive.release)
+        if self._error_cb is not None:
+            sub.on_loss = self._report_loss
         self._plane.add_filter(compiled.zmq_prefix)
         self._routes.add(compiled, sub)
         return sub
@@ -684,12 +716,24 @@ class _DriverPort:
         self._node._plane.count(counter, n)
 
 
+async def _await(result: Awaitable[Any]) -> None:
+    try:
+        await result
+    except Exception:
+        log.exception("the error_cb given to aoz.connect raised")
+
+
 def _program_name() -> str:
     name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
     return name or "python"
 
 
-def connect(*, config: str | os.PathLike[str] | None = None, **settings: Any) -> Node:
+def connect(
+    *,
+    config: str | os.PathLike[str] | None = None,
+    error_cb: Callable[[AozError], Any] | None = None,
+    **settings: Any,
+) -> Node:
     """Create a node; use it as ``async with aoz.connect(...) as node``.
 
     With no arguments the node joins the mesh through the naming daemon at
@@ -699,7 +743,12 @@ def connect(*, config: str | os.PathLike[str] | None = None, **settings: Any) ->
     Settings also come from ``AOZ_*`` environment variables and ``config=`` (a TOML or
     JSON file).
 
+    ``error_cb`` (as nats.py's) is called, plain or ``async``, with
+    :class:`aoz.MessagesLost` when a subscription is losing messages (at most every 5 s
+    per subscription, with the totals) and with :class:`aoz.ClosedError` when the node
+    fails: what an application without logging configured would otherwise miss.
+
     >>> async with aoz.connect(bind=["tcp://127.0.0.1:*"]) as node:  # doctest: +SKIP
     ...     await node.publish("greeting", "hello")
     """
-    return Node(load_settings(settings, config=config))
+    return Node(load_settings(settings, config=config), error_cb=error_cb)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -74,3 +75,11 @@ async def test_usage_pytest_example_runs_in_a_project(tmp_path: Path) -> None:
             await proc.wait()
     assert proc.returncode == 0, out.decode()
     assert b"1 passed" in out
+
+
+def test_usage_error_cb_recipe_runs() -> None:
+    code = block_with(REPO / "docs" / "USAGE.md", "error_cb=on_error")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "MD.>: " in proc.stdout and "dropped" in proc.stdout, proc.stdout
