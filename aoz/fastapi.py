@@ -28,8 +28,10 @@ runs while the node is open, reaches it as ``app.state.aoz_node`` (or
 :func:`app_node`), and its state is merged with aoz's.
 
 WebSocket close codes of :func:`relay`: 1000 never (the client ends a relay by
-leaving), **1001** when the node closes (the app is shutting down), **1011** when the
-node failed (an aoz error ended the subscription).
+leaving), **1001** when the node closes while the server runs, **1011** when the node
+failed (an aoz error ended the subscription). When the *server* shuts down, uvicorn
+closes every WebSocket itself, with **1012** (service restart), before the app's
+lifespan closes the node: clients see 1012 then, and should reconnect.
 """
 
 from __future__ import annotations
