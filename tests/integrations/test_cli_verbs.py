@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -17,7 +18,7 @@ import aoz
 from aoz import queues
 from aoz.pytest_plugin import NodeFactory
 
-from .conftest import AOZ, STEP, Proc, Spawn, clean_env
+from .conftest import AOZ, REPO, STEP, Proc, Spawn, clean_env
 
 Cli = Callable[..., Awaitable[Proc]]
 
@@ -236,6 +237,8 @@ async def test_bench_measures_the_mesh_pubsub_and_request(aoz_cli: Cli) -> None:
     rc, out, err = await table.finish(timeout=60)
     assert rc == 0, err
     assert "msgs/s" in out and "p99" in out
+    assert re.search(r"Pub stats: [\d,]+ msgs/sec ~ [\d.,]+ MB/sec", out), out
+    assert re.search(r"Sub stats: [\d,]+ msgs/sec", out), out
 
 
 async def test_broker_verb_forwards_between_nodes(spawn: Spawn) -> None:
@@ -300,3 +303,18 @@ def test_key_lists_keep_keys_that_contain_a_hash(tmp_path: Path) -> None:
     listing = tmp_path / "allow.txt"
     listing.write_text(f"# nodes\n{with_hash}\n{key}  # the second node\n\n")
     assert read_keys(listing) == [with_hash, key]
+
+
+def test_demo_is_listed_only_in_a_clone(tmp_path: Path) -> None:
+    """Issue #25 item 7: `aoz demo` was listed everywhere but runs only from a clone."""
+    import subprocess
+
+    def help_in(cwd: Path) -> str:
+        return subprocess.run([sys.executable, "-m", "aoz", "--help"], cwd=cwd,
+                              capture_output=True, text=True, timeout=60).stdout
+
+    assert " demo " in help_in(REPO)
+    assert " demo " not in help_in(tmp_path)
+    gone = subprocess.run([sys.executable, "-m", "aoz", "demo"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert gone.returncode == 2 and "git clone" in gone.stderr
