@@ -9,10 +9,13 @@ from aoz.testing import TestMesh
 
 
 def test_a_plain_test_gets_a_mesh_with_services() -> None:
-    with TestMesh() as mesh, mesh.serve("SVC.echo", lambda req: req.decode()):
-        with mesh.node(program="client") as client:
-            client.wait_for_interest("SVC.echo", timeout=10)
-            assert client.request("SVC.echo", "hi", timeout=5).decode() == "hi"
+    with (
+        TestMesh() as mesh,
+        mesh.serve("SVC.echo", lambda req: req.decode()),
+        mesh.node(program="client") as client,
+    ):
+        client.wait_for_interest("SVC.echo", timeout=10)
+        assert client.request("SVC.echo", "hi", timeout=5).decode() == "hi"
     with pytest.raises(aoz.ClosedError), mesh.serve("SVC.late", lambda req: None):
         pass
 
