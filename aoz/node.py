@@ -531,20 +531,35 @@ class Node:
     # ------------------------------------------------------------------ request/reply
     def _request_parts(
         self, subject: str, data: object, codec: Codec | None
-    ) -> bytes:
+    ) -> tuple[list[str], bytes]:
+        """Where a request on ``subject`` goes (the subject itself when a plain
+        subscriber covers it, and one member of each queue group serving it), and its
+        payload; NoResponders when nobody would answer."""
         self._check_open()
         self._frames.header(subject)  # validates
-        sb = subject_bytes(subject)
-        if not self._interest.covers(sb, responders=True):
+        targets = self._request_targets(subject)
+        if not targets:
             self._plane.read_interest()
-            if not self._interest.covers(sb, responders=True):
+            targets = self._request_targets(subject)
+            if not targets:
                 self._no_responders += 1
                 raise NoResponders(
-                    f"no subscriber for {subject!r} is connected to this node; start a "
-                    "responder or wait for one with `await node.wait_for_interest(subject)`",
+                    f"no subscriber or queue group for {subject!r} is connected to this "
+                    "node; start a responder or wait for one with "
+                    "`await aoz.wait_for_service(node, subject)`",
                     subject=subject,
                 )
-        return self._frames.payload(data, codec)
+        return targets, self._frames.payload(data, codec)
+
+    def _request_targets(self, subject: str) -> list[str]:
+        plain = self._interest.covers(subject_bytes(subject), responders=True)
+        return ([subject] if plain else []) + self._interest.queue_targets(subject)
+
+    def _send_request(self, targets: list[str], handle: bytes, payload: bytes) -> None:
+        # one frame per target, one reply handle: replies from any of them reach the
+        # same waiter (the first wins for request(); request_many() gets them all)
+        for target in targets:
+            self._send.send(self._frames.request(target, handle, payload))
 
     async def request(
         self,
@@ -556,18 +571,19 @@ class Node:
     ) -> Message:
         """Send a request and return the first reply.
 
-        Raises :class:`aoz.NoResponders` at once when nobody subscribes to ``subject``
-        (catch-all subscribers such as ``>`` monitors do not count as responders),
+        The request reaches every plain subscriber of ``subject`` and one member of each
+        queue group serving it (:mod:`aoz.queues`). Raises :class:`aoz.NoResponders` at
+        once when nobody subscribes to ``subject`` (catch-all subscribers such as ``>``
+        monitors do not count as responders),
         :class:`aoz.RequestTimeout` when no reply arrives within ``timeout`` seconds,
         :class:`aoz.ServiceError` when the responder answered with an error (a service
         whose handler raised: ``exc.remote_type``, ``exc.remote_message``).
 
         >>> reply = await node.request("SVC.quote", b"IBM", timeout=1.0)  # doctest: +SKIP
         """
-        payload = self._request_parts(subject, data, codec)
-        send, frames = self._send.send, self._frames
+        targets, payload = self._request_parts(subject, data, codec)
         reply = await self._requests.wait_first(
-            subject, timeout, lambda handle: send(frames.request(subject, handle, payload))
+            subject, timeout, lambda handle: self._send_request(targets, handle, payload)
         )
         remote = reply.error
         if remote is not None:  # the responder failed: an error, never a value
@@ -593,10 +609,10 @@ class Node:
         """
         if max_replies is not None and max_replies < 1:
             raise UsageError("max_replies must be >= 1 (or None for every reply until timeout)")
-        payload = self._request_parts(subject, data, codec)
+        targets, payload = self._request_parts(subject, data, codec)
         stream, handle = self._requests.open_stream(subject, timeout, max_replies)
         try:
-            self._send.send(self._frames.request(subject, handle, payload))
+            self._send_request(targets, handle, payload)
         except BaseException:
             stream.close()
             raise

@@ -43,7 +43,7 @@ import anyio
 import anyio.abc
 
 from ._tasks import TaskOwner
-from .errors import AozError, ClosedError, EncodeError, ServiceError
+from .errors import AozError, ClosedError, EncodeError, ServiceError, WaitTimeout
 from .message import ERROR_KEY, Message
 from .node import Node
 from .protocol.frames import Kind
@@ -203,9 +203,15 @@ def serve(
 
 
 async def wait_for_service(node: Node, name: str, timeout: float = 5.0) -> None:
-    """Wait until some node in the mesh offers service ``name``
-    (:class:`aoz.WaitTimeout` otherwise)."""
-    await node.wait_for_interest(name, timeout=timeout)
+    """Wait until some node in the mesh offers service ``name``, on its own or in a
+    queue group (:class:`aoz.WaitTimeout` otherwise)."""
+    from .queues import wait_for_receivers
+
+    if not await wait_for_receivers(node, name, timeout, responders=True):
+        raise WaitTimeout(
+            f"no service {name!r} (nor a queue group serving it) reached this node within "
+            f"{timeout} s", timeout=timeout,
+        )
 
 
 def check_reply(reply: Message, name: str) -> Message:

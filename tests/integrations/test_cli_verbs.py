@@ -195,6 +195,25 @@ async def test_three_reply_processes_in_a_queue_group_answer_300_requests_once_e
     assert per_member == [100, 100, 100]  # one requester: strict round robin
 
 
+async def test_req_replies_0_and_2_reach_a_queue_group(aoz_cli: Cli, aoz_node: aoz.Node) -> None:
+    """Issue #25 item 2: `aoz req --replies 0` (or 2) against `aoz reply --queue` members
+    said "no responders" (exit 2). One member of the group answers each request."""
+    members = []
+    for _ in range(2):
+        p = await aoz_cli("reply", "QRN.svc", "--echo", "--queue", "g")
+        await p.wait_stderr("in queue group 'g'")
+        members.append(p)
+    await queues.wait_for_members(aoz_node, "QRN.svc", "g", 2, timeout=STEP)
+    for replies in ("0", "2"):
+        req = await aoz_cli("req", "QRN.svc", "ask", "--replies", replies, "--timeout", "1")
+        rc, out, err = await req.finish()
+        assert rc == 0, err
+        assert out.split() == ["ask"] and "1 replies" in err, (out, err)
+    for p in members:
+        p.proc.send_signal(signal.SIGTERM)
+        await p.finish()
+
+
 async def test_req_replies_n_and_0(aoz_cli: Cli) -> None:
     responders = []
     for name in ("one", "two"):
