@@ -326,7 +326,9 @@ class Node:
         """
         if not self._open:
             self._check_open()
-        await self._send.publish(subject, data, codec, block)
+        wait = self._send.publish(subject, data, codec, block)
+        if wait is not None:  # room to wait for, or the loop's turn
+            await wait
 
     async def publish_many(
         self, subject: str, items: Iterable[object], *, codec: Codec | None = None
