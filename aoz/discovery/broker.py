@@ -29,7 +29,8 @@ from types import TracebackType
 import anyio
 import zmq
 
-from ..errors import ClosedError, TransportError
+from .._errmap import mapped, tolerated
+from ..errors import ClosedError
 
 __all__ = ["Broker", "ProxyThread", "bind_socket"]
 
@@ -42,11 +43,8 @@ _HWM = 100_000
 def bind_socket(sock: zmq.Socket[bytes], host: str, port: int, what: str) -> str:
     """Bind ``sock`` to ``tcp://host:port`` (port 0 = ephemeral); return the bound address."""
     address = f"tcp://{host}:{port or '*'}"
-    try:
+    with mapped(f"cannot bind the {what} to {address}"):
         sock.bind(address)
-    except zmq.ZMQError as exc:
-        hint = " (is another daemon running there? choose another port)" if port else ""
-        raise TransportError(f"cannot bind the {what} to {address}: {exc}{hint}") from exc
     last = sock.getsockopt(zmq.LAST_ENDPOINT)
     assert isinstance(last, bytes)
     return last.decode()
@@ -94,9 +92,8 @@ class ProxyThread:
 
     def _run(self) -> None:
         try:
-            zmq.proxy_steerable(self._xsub, self._xpub, None, self._peer)
-        except zmq.ZMQError as exc:  # context terminated under us: nothing left to do
-            log.debug("proxy %s ended: %s", self._thread.name, exc)
+            with tolerated(f"proxy {self._thread.name} ended", "its context was terminated"):
+                zmq.proxy_steerable(self._xsub, self._xpub, None, self._peer)
         finally:
             for sock in (self._xsub, self._xpub, self._peer):
                 sock.close(linger=0)
