@@ -34,6 +34,8 @@ from .errors import (
     ServiceError,
     SubjectError,
     TransportError,
+    UsageError,
+    UsageTypeError,
     WaitTimeout,
     WouldBlock,
 )
@@ -122,6 +124,8 @@ __all__ = [
     "Subscription",
     "SubscriptionStatistics",
     "TransportError",
+    "UsageError",
+    "UsageTypeError",
     "Verbatim",
     "WaitTimeout",
     "WouldBlock",

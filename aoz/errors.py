@@ -7,10 +7,14 @@ Every error aoz raises on purpose derives from :class:`AozError`, so
 ::
 
     AozError
+    ├── UsageError             aoz was called wrongly: a bad argument, or a call the object's
+    │   │                      state does not allow (also ValueError); the message says what
+    │   │                      to do instead
+    │   ├── UsageTypeError     an argument of the wrong type (also TypeError)
+    │   ├── SubjectError       a subject or subscription pattern is invalid
+    │   └── ConfigError        a setting, config file or endpoint is invalid
     ├── DecodeError            bytes from the network are not a valid frame or payload
     ├── EncodeError            a value cannot be encoded with the chosen codec (also TypeError)
-    ├── SubjectError           a subject or subscription pattern is invalid (also ValueError)
-    ├── ConfigError            a setting or config file is invalid (also ValueError)
     ├── ClosedError            the node (or subscription) is closed
     ├── RequestError
     │   ├── RequestTimeout     no (more) replies before the deadline (also TimeoutError)
@@ -37,6 +41,8 @@ __all__ = [
     "ServiceError",
     "SubjectError",
     "TransportError",
+    "UsageError",
+    "UsageTypeError",
     "WaitTimeout",
     "WouldBlock",
 ]
@@ -44,6 +50,20 @@ __all__ = [
 
 class AozError(Exception):
     """Base class of every error aoz raises."""
+
+
+class UsageError(AozError, ValueError):
+    """aoz was called wrongly: a bad argument value, or a call that the object's state
+    does not allow (starting twice, using what is not running). Fix the calling code;
+    the message says how.
+
+    >>> isinstance(UsageError("max_replies must be >= 1"), ValueError)
+    True
+    """
+
+
+class UsageTypeError(UsageError, TypeError):
+    """An argument of the wrong type (also a :class:`TypeError`)."""
 
 
 class DecodeError(AozError, ValueError):
@@ -61,7 +81,7 @@ class EncodeError(AozError, TypeError):
     """A value could not be encoded as a payload with the chosen codec."""
 
 
-class SubjectError(AozError, ValueError):
+class SubjectError(UsageError):
     """A subject or subscription pattern is not valid."""
 
     def __init__(self, message: str, *, subject: str | bytes | None = None) -> None:
@@ -69,7 +89,7 @@ class SubjectError(AozError, ValueError):
         self.subject = subject
 
 
-class ConfigError(AozError, ValueError):
+class ConfigError(UsageError):
     """A setting is invalid, or a configuration source could not be read."""
 
 

@@ -64,6 +64,7 @@ from .errors import (
     NoResponders,
     RequestTimeout,
     ServiceError,
+    UsageError,
     WaitTimeout,
 )
 from .message import Message
@@ -136,7 +137,7 @@ def app_node(app: FastAPI) -> Node:
     """
     node = getattr(app.state, STATE_KEY, None)
     if not isinstance(node, Node):
-        raise AozError(
+        raise UsageError(
             "the app has no running aoz node: create it with "
             "FastAPI(lifespan=aoz.fastapi.lifespan()) and call this while the lifespan runs"
         )
@@ -175,7 +176,7 @@ def get_node(connection: HTTPConnection) -> Node:
     """The app's node (FastAPI dependency for HTTP and WebSocket handlers)."""
     node = getattr(connection.state, STATE_KEY, None)
     if not isinstance(node, Node):
-        raise AozError(
+        raise UsageError(
             "no aoz node in the app's lifespan state: create the app with "
             "FastAPI(lifespan=aoz.fastapi.lifespan())"
         )

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Final, NamedTuple, TypeAlias
 
 import msgspec
 
-from ..errors import EncodeError
+from ..errors import EncodeError, UsageError
 
 __all__ = [
     "Field",
@@ -102,7 +102,7 @@ class Time(msgspec.Struct, frozen=True):
         silently read as UTC by the other side).
         """
         if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(
+            raise UsageError(
                 f"{value!r} has no time zone; omnm TIME is UTC, so pass an aware datetime "
                 "(datetime.now(timezone.utc), dt.replace(tzinfo=timezone.utc), ...)"
             )

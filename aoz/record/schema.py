@@ -68,7 +68,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from .. import omnm
-from ..errors import DecodeError
+from ..errors import DecodeError, UsageTypeError
 from ..protocol.sequence import FLAG, HEADER_LEN
 from ..protocol.sequence import PACK as SEQ_PACK
 
@@ -156,7 +156,10 @@ def columns_for(types: Iterable[type[Any]]) -> tuple[Column, ...]:
     for tp in types:
         info = msgspec.inspect.type_info(tp)
         if not isinstance(info, msgspec.inspect.StructType):
-            raise TypeError(f"{tp!r} is not a msgspec.Struct type")
+            raise UsageTypeError(
+                f"{tp!r} is not a msgspec.Struct type; pass the Struct classes whose fields "
+                "become columns"
+            )
         if info.tag_field is not None and info.tag_field not in out:
             out[info.tag_field] = Column(info.tag_field, "string")
         for field in info.fields:
