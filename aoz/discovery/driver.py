@@ -34,6 +34,7 @@ from zmq.utils.monitor import parse_monitor_message
 
 from .._errmap import mapped, tolerated
 from ..config import Settings
+from ..endpoints import ipc_mesh
 from ..errors import AozError, DecodeError, NamingTimeout
 from ..protocol.naming import NamingType, decode_naming, encode_naming
 from ..sockopts import GUARD_EVENTS, HANDSHAKE_FAILED, HandshakeGuard, apply_naming_options
@@ -113,6 +114,7 @@ class DriverCore:
             expire_beacons=s.expire_beacons,
             require_welcome=require_welcome,
             wall_offset=self._wall_offset,
+            allow_ipc=ipc_mesh(s),
         )
 
     def _send(self, ftype: NamingType) -> None:  # pragma: no cover - overridden
