@@ -53,6 +53,7 @@ import zmq
 from zmq.utils.monitor import parse_monitor_message
 
 from .config import Settings
+from .endpoints import bind_endpoint
 from .errors import AozError, ConfigError, TransportError, WouldBlock
 from .interest import InterestSet
 from .message import Message, Responder, data_start
@@ -188,7 +189,7 @@ class DataPlane:
             # every mode: the guard needs the handshake events (link state: naming/udp)
             self._mon = sub.get_monitor_socket(DATA_MONITOR_EVENTS)
         if s.mode in ("naming", "udp"):
-            self._bind(f"tcp://{s.publish_address}:*")
+            self._bind(bind_endpoint(s, self._inbox_filter[len(b"_INBOX.") :].decode()))
         elif s.mode == "static":
             for ep in s.bind:
                 self._bind(ep)
