@@ -133,9 +133,12 @@ def _parse_tcp(text: str, rest: str, *, bind: bool, what: str) -> Endpoint:
             f"{what} {text!r}: the host must be a name, an IPv4 address or a bracketed "
             "IPv6 address such as [::1]"
         )
-    if port_text == "*" or (port_text == "0" and bind):
+    if port_text in ("*", "0"):
         if not bind:
-            raise ConfigError(f"{what} {text!r}: an ephemeral port (*) is for binding")
+            raise ConfigError(
+                f"{what} {text!r}: an ephemeral port (* or 0) is for binding; connect to "
+                "the port the other side bound"
+            )
         return Endpoint("tcp", rest, host, None)
     if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
         hint = " (0 or * picks a free port when binding)" if bind else ""

@@ -101,18 +101,19 @@ async def watch_mesh(endpoint: str, silent_after: float) -> None:
 
     import anyio
     import zmq
-    import zmq.asyncio
 
+    from .._errmap import mapped
+    from ..discovery.driver import naming_context
     from ..protocol.naming import NamingType, decode_naming
 
     log = logging.getLogger("aoz.nsd")
     seen: dict[str, tuple[str, float]] = {}  # uuid -> (description, last heard)
-    ctx = zmq.asyncio.Context.instance()
-    sub = ctx.socket(zmq.SUB)
-    sub.setsockopt(zmq.LINGER, 0)
-    sub.setsockopt(zmq.SUBSCRIBE, b"_NAMING")
-    sub.connect(endpoint)
+    sub = naming_context().socket(zmq.SUB)
     try:
+        with mapped(f"cannot listen to the nsd at {endpoint}"):
+            sub.setsockopt(zmq.LINGER, 0)
+            sub.setsockopt(zmq.SUBSCRIBE, b"_NAMING")
+            sub.connect(endpoint)
         while True:
             with anyio.move_on_after(silent_after / 3):
                 data = await sub.recv()

@@ -56,9 +56,30 @@ from .state import (
 if TYPE_CHECKING:
     from .links import DataLinks
 
-__all__ = ["DriverCore", "NamingDriver"]
+__all__ = ["DriverCore", "NamingDriver", "flush_naming", "naming_context"]
 
 log = logging.getLogger("aoz.discovery")
+
+_context: zmq.asyncio.Context | None = None
+
+
+def naming_context() -> zmq.asyncio.Context:
+    """The ZeroMQ context of every naming socket in this process (aoz's own, not pyzmq's
+    global instance, so :func:`flush_naming` touches nothing of the application's)."""
+    global _context  # one context per process, made on first use
+    if _context is None or _context.closed:
+        _context = zmq.asyncio.Context()
+    return _context
+
+
+def flush_naming(linger_ms: int) -> None:
+    """At process exit: let a just-sent ``D`` leave (up to ``linger_ms``), then end the
+    naming context. Without it, exiting discards what its sockets still queue. Data
+    sockets need no such call: each node terminates its own context when it closes."""
+    global _context
+    ctx, _context = _context, None
+    if ctx is not None and not ctx.closed:
+        ctx.destroy(linger=linger_ms)
 
 _NAMING = b"_NAMING"
 _BATCH = 512  # naming frames handled per wake-up before yielding to the loop
@@ -331,7 +352,7 @@ class NamingDriver(DriverCore):
         self._state = state = self._make_state(links, require_welcome=True)
         # The naming sockets live in their own context (not the data sockets' one):
         # naming must keep working even if a data socket misbehaves in its io thread.
-        actx = zmq.asyncio.Context.instance()
+        actx = naming_context()
         sub = actx.socket(zmq.SUB)
         pub: zmq.Socket[bytes] = zmq.Context.shadow(actx.underlying).socket(zmq.PUB)
         monitors: list[zmq.Socket[bytes]] = []
