@@ -53,8 +53,9 @@ import itertools
 import random
 import re
 import time
+import weakref
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -229,8 +230,9 @@ class QueueTable:
 
 # ------------------------------------------------------------------------ node side
 _member_ids = itertools.count(1)
-# node id -> (node, table, interest version the table was synced at)
-_tables: dict[int, tuple[Any, QueueTable, int]] = {}
+# node -> (table, interest version it was synced at); weak, so a closed node that is
+# no longer referenced takes its table with it (no registry to prune, nothing kept alive)
+_tables: weakref.WeakKeyDictionary[Node, tuple[QueueTable, int]] = weakref.WeakKeyDictionary()
 
 
 def _table(node: Node) -> QueueTable:
@@ -240,17 +242,10 @@ def _table(node: Node) -> QueueTable:
     change counter); :func:`_interest_changed` waits on ``node.interest_changed``.
     """
     interest = node.interest
-    entry = _tables.get(id(node))
-    if entry is None or entry[0] is not node:
-        if len(_tables) > 64:  # nodes come and go (tests): forget closed ones
-            for k in [k for k, (n, _, _) in _tables.items() if n.closed]:
-                del _tables[k]
-        entry = (node, QueueTable(), -1)
-    table = entry[1]
-    if entry[2] != interest.version:
+    table, version = _tables.get(node) or (QueueTable(), -1)
+    if version != interest.version:
         table.sync(interest.filters())
-        entry = (node, table, interest.version)
-    _tables[id(node)] = entry
+        _tables[node] = (table, interest.version)
     return table
 
 
