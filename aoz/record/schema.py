@@ -2,24 +2,6 @@
 
 One row per message. Fixed columns, always present:
 
-column          Arrow type                      filled from
-==============  ==============================  =========================================
-``subject``     string                          the message's subject
-``sender``      string, nullable                decoded field ``sender``
-``sequence``    int64, nullable                 decoded field ``sequence`` or ``seq``
-``send_ts``     timestamp[us, UTC], nullable    decoded field ``send_ts``, ``ts`` or ``sent_at``
-``receive_ts``  timestamp[us, UTC]              ``msg.received_at`` (the recorder's clock)
-``codec``       int64                           the payload's codec id (79 omnm, -1 foreign)
-``payload``     binary                          the payload as on the wire, codec byte included
-==============  ==============================  =========================================
-
-aoz's wire frame carries no sender, sequence number or send time, so the recorder takes
-them from the payload when it is a msgpack/JSON map or an omnm message that has them
-(the demo feed's :class:`~aoz.marketdata.Quote`/:class:`~aoz.marketdata.Trade` carry
-``sender``, ``seq`` and ``ts``) and leaves them null otherwise. Numeric send times are
-read as seconds since the epoch (values above 1e11 as milliseconds, 1e14 microseconds,
-1e17 nanoseconds); a msgpack timestamp or datetime is taken as is.
-=======
 ===================  ============================  ================================================
 column               Arrow type                    filled from
 ===================  ============================  ================================================
@@ -68,7 +50,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from .. import omnm
-from ..errors import DecodeError
+from ..errors import DecodeError, UsageTypeError
 from ..protocol.sequence import FLAG, HEADER_LEN, is_sequenced
 from ..protocol.sequence import PACK as SEQ_PACK
 
@@ -156,7 +138,10 @@ def columns_for(types: Iterable[type[Any]]) -> tuple[Column, ...]:
     for tp in types:
         info = msgspec.inspect.type_info(tp)
         if not isinstance(info, msgspec.inspect.StructType):
-            raise TypeError(f"{tp!r} is not a msgspec.Struct type")
+            raise UsageTypeError(
+                f"{tp!r} is not a msgspec.Struct type; pass the Struct classes whose fields "
+                "become columns"
+            )
         if info.tag_field is not None and info.tag_field not in out:
             out[info.tag_field] = Column(info.tag_field, "string")
         for field in info.fields:
