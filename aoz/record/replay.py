@@ -39,7 +39,7 @@ import msgspec
 from ..errors import ConfigError
 from ..protocol.codecs import Verbatim
 from ..protocol.subjects import compile_pattern
-from . import offsets as off
+from .offsets import Slice, by_recorder, earliest, latest, plan
 from .reading import Catalog, position_at_time, read_slice
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def due(first_micros: int, micros: int, speed: float | None) -> float:
 class _Run:
     """One recorder run's rows of the range, a file at a time."""
 
-    def __init__(self, slices: list[off.Slice]) -> None:
+    def __init__(self, slices: list[Slice]) -> None:
         self.slices = slices
         self.rows: list[_Row] = []
         self.i = 0
@@ -191,15 +191,14 @@ async def replay(
 
 def _plan(directory: str | os.PathLike[str], lo: int | None, hi: int | None) -> list[_Run]:
     files = Catalog(directory).files()
-    groups = off.by_recorder(files)
-    start = off.earliest(files) if lo is None else {
+    groups = by_recorder(files)
+    start = earliest(files) if lo is None else {
         r: position_at_time(fs, lo) for r, fs in groups.items()
     }  # fmt: skip
-    end = off.latest(files) if hi is None else {
+    end = latest(files) if hi is None else {
         r: position_at_time(fs, hi) for r, fs in groups.items()
     }  # fmt: skip
-    per: dict[str, list[off.Slice]] = {}
-    for s in off.plan(files, start, end).slices:
+    per: dict[str, list[Slice]] = {}
+    for s in plan(files, start, end).slices:
         per.setdefault(s.file.recorder, []).append(s)
     return [_Run(slices) for slices in per.values()]
-
