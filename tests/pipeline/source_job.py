@@ -10,9 +10,11 @@ file is written (the batch is in the offset log, not in the commit log). With
 
 ``checks``: the batch and ``availableNow`` reads the tests judge, printed as one JSON
 line ``result {...}``: a query over a recording with a gap, with and without
-``failOnDataLoss``, and a read from a ``startingOffsets`` time.
+``failOnDataLoss``, and a read from a ``startingOffsets`` time. ``stream --checks ...``
+runs them after the stream (a driver JVM start is the expensive part of these tests).
 
     python source_job.py MASTER stream RECORDING CHECKPOINT OUT [--max-rows N] [--die-at K]
+        [--available-now [--checks GAP_RECORDING TIME_RECORDING START_TIME CHECKPOINTS]]
     python source_job.py MASTER checks GAP_RECORDING TIME_RECORDING START_TIME CHECKPOINTS
 """
 
@@ -77,6 +79,11 @@ def stream(spark: Any, args: argparse.Namespace) -> int:
     if exc is not None:
         print(f"query failed: {exc}", file=sys.stderr)
         return 1
+    if args.checks:  # the same driver goes on with the checks: one JVM start less
+        return checks(spark, argparse.Namespace(
+            gap_recording=args.checks[0], time_recording=args.checks[1],
+            start_time=args.checks[2], checkpoints=args.checks[3],
+        ))  # fmt: skip
     return 0
 
 
@@ -138,6 +145,12 @@ def main() -> int:
     s.add_argument("--max-rows", type=int, default=0)
     s.add_argument("--die-at", type=int, default=-1)
     s.add_argument("--available-now", action="store_true")
+    s.add_argument(
+        "--checks",
+        nargs=4,
+        metavar=("GAP", "TIMED", "START", "CKS"),
+        help="then run the checks (see `checks`)",
+    )
     c = sub.add_parser("checks")
     c.add_argument("gap_recording")
     c.add_argument("time_recording")

@@ -102,79 +102,86 @@ async def publish(node: Any, prefix: str, first: int, count: int) -> None:
         await node.publish(f"{prefix}.{i % 5}", {"n": i})
 
 
-# Two driver JVMs on the cluster: 66-82 s at load average 5-9 on a 2-core machine.
-@pytest.mark.timeout(300)
-async def test_a_query_killed_mid_batch_and_restarted_reads_every_message_once(
-    cluster, tmp_path, aoz_node_factory
-):
-    url, env = cluster
-    rec_dir, ck, out = tmp_path / "rec", tmp_path / "ck", tmp_path / "out"
-    feed = await aoz_node_factory(send_policy="block")
-    node = await aoz_node_factory()
-    async with Recorder(node, ["SRC.>"], rec_dir, flush_rows=200, flush_interval=0.1) as rec:
-        await feed.wait_for_interest("SRC.0", timeout=10)
-        await publish(feed, "SRC", 0, 1000)
-        await rec.wait_until(written=1000, timeout=30)
-        # batch 0 reads the first 1000 rows; what batch 1 reads is recorded while it runs
-        first = await start_driver(
-            env, url, "stream", str(rec_dir), str(ck), str(out),
-            "--max-rows", str(MAX_ROWS), "--die-at", "1",
-        )  # fmt: skip
-        await first.expect("batch 0 ", timeout=150)
-        await publish(feed, "SRC", 1000, 1000)
-        await rec.wait_until(written=2000, timeout=30)
-        assert await first.finish(timeout=120) == -9, first.lines  # SIGKILLed in batch 1
-        assert any(line.startswith("batch 1 ") for line in first.lines)
-    # A restarted recorder is a new run (a new partition of the source).
-    async with Recorder(node, ["SRC2.>"], rec_dir, flush_rows=200, flush_interval=0.1) as rec:
-        await feed.wait_for_interest("SRC2.0", timeout=10)
-        await publish(feed, "SRC2", 2000, 1000)
-        await rec.wait_until(written=1000, timeout=30)
-    second = await start_driver(
-        env, url, "stream", str(rec_dir), str(ck), str(out),
-        "--max-rows", str(MAX_ROWS), "--available-now",
-    )  # fmt: skip
-    assert await second.finish(timeout=180) == 0, second.lines
+async def scenario(url: str, env: dict[str, str], base: Path) -> dict[str, Any]:
+    """Record while a streaming query reads; SIGKILL its driver in batch 1; record more
+    with a restarted recorder (a new run); restart the query from its checkpoint with
+    ``availableNow``, and let that driver run the checks too (one JVM start less)."""
+    import aoz
 
-    got = batches(out)
+    rec_dir, ck, out = base / "rec", base / "ck", base / "out"
+    gap_recording(base / "gap", T0)
+    timed_recording(base / "timed", T0)
+    start = dt.datetime.fromtimestamp(T0 + 2.995, dt.UTC).isoformat()
+    async with (
+        aoz.connect(bind=["tcp://127.0.0.1:*"], send_policy="block") as feed,
+        aoz.connect(bind=["tcp://127.0.0.1:*"], connect=[feed.endpoint]) as node,
+    ):
+        async with Recorder(node, ["SRC.>"], rec_dir, flush_rows=200, flush_interval=0.1) as rec:
+            await feed.wait_for_interest("SRC.0", timeout=10)
+            await publish(feed, "SRC", 0, 1000)
+            await rec.wait_until(written=1000, timeout=30)
+            # batch 0 reads the first 1000 rows; what batch 1 reads is recorded meanwhile
+            first = await start_driver(
+                env, url, "stream", str(rec_dir), str(ck), str(out),
+                "--max-rows", str(MAX_ROWS), "--die-at", "1",
+            )  # fmt: skip
+            await first.expect("batch 0 ", timeout=150)
+            await publish(feed, "SRC", 1000, 1000)
+            await rec.wait_until(written=2000, timeout=30)
+            first_code = await first.finish(timeout=120)
+        # A restarted recorder is a new run (a new partition of the source).
+        async with Recorder(node, ["SRC2.>"], rec_dir, flush_rows=200, flush_interval=0.1) as rec:
+            await feed.wait_for_interest("SRC2.0", timeout=10)
+            await publish(feed, "SRC2", 2000, 1000)
+            await rec.wait_until(written=1000, timeout=30)
+    second = await start_driver(
+        env, url, "stream", str(rec_dir), str(ck), str(out), "--max-rows", str(MAX_ROWS),
+        "--available-now", "--checks", str(base / "gap"), str(base / "timed"), start,
+        str(base / "cks"),
+    )  # fmt: skip
+    second_code = await second.finish(timeout=240)
+    result = next((x for x in second.lines if x.startswith("result ")), "result null")
+    return {
+        "first": (first_code, first.lines), "second": (second_code, second.lines),
+        "rec_dir": rec_dir, "out": out, "checks": json.loads(result.removeprefix("result ")),
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def runs(cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    url, env = cluster
+    return anyio.run(scenario, url, env, tmp_path_factory.mktemp("source-runs"))
+
+
+# The cluster and two driver JVMs: 166 s at load average 8-11 on a 2-core machine.
+@pytest.mark.timeout(400)
+def test_a_query_killed_mid_batch_and_restarted_reads_every_message_once(runs):
+    code, lines = runs["first"]
+    assert code == -9 and any(x.startswith("batch 1 ") for x in lines), lines  # killed in 1
+    code, lines = runs["second"]
+    assert code == 0, lines
+    got = batches(runs["out"])
     assert len(got[1]) == 2  # batch 1 ran twice: before the kill and after the restart
-    for runs in got.values():
-        assert all(run == runs[0] for run in runs)  # a replayed batch reads the same rows
-        assert len(runs[0]) <= MAX_ROWS
-    read = [row for runs in got.values() for row in runs[0]]
-    truth = recorded(rec_dir)
+    for batch in got.values():
+        assert all(run == batch[0] for run in batch)  # a replayed batch reads the same rows
+        assert len(batch[0]) <= MAX_ROWS
+    read = [row for batch in got.values() for row in batch[0]]
+    truth = recorded(runs["rec_dir"])
     assert len(truth) == 3000 and len({r for r, _ in truth}) == 2
     assert len(read) == len(set(read)) and sorted(read) == sorted(truth)
 
 
-@pytest.fixture(scope="module")
-def checks(cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """One driver run for the batch-style checks (a JVM start is the expensive part)."""
-    url, env = cluster
-    base = tmp_path_factory.mktemp("source-checks")
-    gap_recording(base / "gap", T0)
-    timed_recording(base / "timed", T0)
-    start = dt.datetime.fromtimestamp(T0 + 2.995, dt.UTC).isoformat()
-
-    async def run() -> tuple[int, list[str]]:
-        driver = await start_driver(
-            env, url, "checks", str(base / "gap"), str(base / "timed"), start, str(base / "ck")
-        )
-        return await driver.finish(timeout=240), driver.lines
-
-    code, lines = anyio.run(run)
-    assert code == 0, lines
-    result = next(line for line in lines if line.startswith("result "))
-    return json.loads(result.removeprefix("result "))  # type: ignore[no-any-return]
-
-
-@pytest.mark.timeout(300)
-def test_fail_on_data_loss_fails_a_query_over_a_gap_and_reads_on_when_off(checks):
+@pytest.mark.timeout(400)
+def test_fail_on_data_loss_fails_a_query_over_a_gap_and_reads_on_when_off(runs):
+    checks = runs["checks"]
+    assert checks, runs["second"]
     gap = r"10 message(s) of publisher 0000000000001234 on G.A missing between sequence 150 and 161"
     assert checks["gap_default"]["error"] and gap in checks["gap_default"]["error"]
     assert checks["gap_off"] == {"rows": 590, "error": None}
 
 
-@pytest.mark.timeout(300)
-def test_starting_offsets_by_time_start_each_recorder_where_asked(checks):
+@pytest.mark.timeout(400)
+def test_starting_offsets_by_time_start_each_recorder_where_asked(runs):
+    checks = runs["checks"]
+    assert checks, runs["second"]
     assert checks["from_time"] == list(range(300, 600)) + list(range(1300, 1600))
