@@ -7,6 +7,7 @@ subprocesses (``source_job.py``): one JVM each, so one can be killed."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import sys
@@ -74,9 +75,24 @@ class Driver:
             return await self.proc.wait()
 
 
+DRIVERS: list[anyio.abc.Process] = []
+
+
 async def start_driver(env: dict[str, str], *args: str) -> Driver:
     proc = await anyio.open_process([sys.executable, str(JOB), *args], env=env, stderr=None)
+    DRIVERS.append(proc)
     return Driver(proc)
+
+
+async def stop_drivers() -> None:
+    """Kill the drivers a failed scenario left running (their JVMs exit with them)."""
+    while DRIVERS:
+        proc = DRIVERS.pop()
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            with anyio.move_on_after(10):
+                await proc.wait()
 
 
 def recorded(directory: Path) -> list[tuple[str, int]]:
@@ -150,7 +166,15 @@ async def scenario(url: str, env: dict[str, str], base: Path) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def runs(cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     url, env = cluster
-    return anyio.run(scenario, url, env, tmp_path_factory.mktemp("source-runs"))
+    base = tmp_path_factory.mktemp("source-runs")
+
+    async def run() -> dict[str, Any]:
+        try:
+            return await scenario(url, env, base)
+        finally:
+            await stop_drivers()
+
+    return anyio.run(run)
 
 
 # The cluster and two driver JVMs: 166 s at load average 8-11 on a 2-core machine.
