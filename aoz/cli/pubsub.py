@@ -13,7 +13,7 @@ import aoz.cli._common as c
 from ..errors import AozError, TransportError
 from ..message import Message
 from ..protocol.codecs import Codec
-from ..render import OMNM, UNDECODABLE, message_text, message_to_dict
+from ..render import OMNM, UNDECODABLE, headers_of, message_text, message_to_dict
 from .templates import TemplateError, parse_duration, render
 
 BodyCodec = Literal["text", "raw", "json", "msgpack", "omnm"]
@@ -259,7 +259,7 @@ def show(msg: Message, n: int, *, raw: bool, as_json: bool) -> None:
         if msg.reply:
             head += f' with reply "{msg.reply}"'
         # natscli shows headers as "Key: value" lines between the title and the body
-        lines = "".join(f"{k}: {v}\n" for k, v in msg.headers.items())
+        lines = "".join(f"{k}: {v}\n" for k, v in headers_of(msg).items())
         c.write(f"{head}\n{lines}{message_text(msg)}\n\n".encode())
 
 
