@@ -41,6 +41,7 @@ import anyio.abc
 import msgspec
 
 from ._tasks import TaskOwner
+from .asyncapi import Catalog
 from .config import Overflow, Settings, load_settings
 from .dataplane import DataPlane
 from .discovery.links import Driver
@@ -147,6 +148,8 @@ class Node:
                                 lambda: self.peers)
         self._no_responders = 0
         self._deferred = 0  # deferred replies waiting for a route
+        #: what this node serves and publishes, for its AsyncAPI document (aoz.asyncapi)
+        self.catalog = Catalog()
         self._error_cb = error_cb
 
     # ------------------------------------------------------------------ lifecycle
