@@ -14,12 +14,23 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
+
+import msgspec
 
 from .gaps import StreamSummary
 from .offsets import Position, RecordingFile, Slice, by_recorder, parse_name
 
-__all__ = ["Catalog", "read_slice", "recording_schema", "summarise", "position_at_time"]
+__all__ = [
+    "STREAMS_KEY",
+    "Catalog",
+    "position_at_time",
+    "read_slice",
+    "recording_schema",
+    "stream_summaries",
+    "summarise",
+    "with_summaries",
+]
 
 _DATE_DIR = "date="
 
@@ -115,31 +126,64 @@ def read_slice(s: Slice, columns: Sequence[str] | None = None) -> Iterator[Any]:
         pf.close()
 
 
-def summarise(slices: Iterable[Slice]) -> list[StreamSummary]:
-    """Per-stream sequence summaries of each slice, in slice order."""
-    import pyarrow as pa
+#: Parquet footer key under which the recorder stores a file's stream summaries
+STREAMS_KEY: Final = b"aoz.streams"
+
+
+def stream_summaries(table: Any) -> list[StreamSummary]:
+    """Per-stream sequence summaries of a recording table (rows without a sequence
+    header are left out)."""
     import pyarrow.compute as pc
+
+    if "publisher_seq" not in table.column_names:
+        return []
+    table = table.filter(pc.is_valid(table["publisher_seq"]))
+    if not table.num_rows:
+        return []
+    grouped = table.group_by(["subject", "publisher"], use_threads=False).aggregate([
+        ("publisher_seq", "min"), ("publisher_seq", "max"), ("publisher_seq", "count_distinct"),
+    ])  # fmt: skip
+    rows = grouped.to_pydict()
+    columns = (rows["subject"], rows["publisher"], rows["publisher_seq_min"],
+               rows["publisher_seq_max"], rows["publisher_seq_count_distinct"])  # fmt: skip
+    return [StreamSummary(*values) for values in zip(*columns, strict=True)]
+
+
+def with_summaries(table: Any) -> Any:
+    """``table`` with its stream summaries in its schema metadata (the recorder writes
+    them into each file's footer, so gap checks of whole files read no column)."""
+    encoded = msgspec.json.encode(stream_summaries(table))
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), STREAMS_KEY: encoded})
+
+
+def _footer_summaries(path: str) -> list[StreamSummary] | None:
+    import pyarrow.parquet as pq
+
+    meta = pq.read_schema(path).metadata or {}
+    raw = meta.get(STREAMS_KEY)
+    if raw is None:
+        return None
+    try:
+        return msgspec.json.decode(raw, type=list[StreamSummary])
+    except msgspec.DecodeError:
+        return None  # not ours after all: read the columns
+
+
+def summarise(slices: Iterable[Slice]) -> list[StreamSummary]:
+    """Per-stream sequence summaries of each slice, in slice order: from the file's
+    footer for a whole file the recorder summarised, else from its columns."""
+    import pyarrow as pa
 
     out: list[StreamSummary] = []
     for s in slices:
+        if s.start == 0 and s.stop >= s.file.rows:
+            known = _footer_summaries(s.file.path)
+            if known is not None:
+                out += known
+                continue
         batches = list(read_slice(s, ["subject", "publisher", "publisher_seq"]))
-        if not batches:
-            continue
-        table = pa.Table.from_batches(batches)
-        if "publisher_seq" not in table.column_names:
-            continue
-        table = table.filter(pc.is_valid(table["publisher_seq"]))
-        if not table.num_rows:
-            continue
-        grouped = table.group_by(["subject", "publisher"], use_threads=False).aggregate([
-            ("publisher_seq", "min"), ("publisher_seq", "max"), ("publisher_seq", "count_distinct"),
-        ])  # fmt: skip
-        rows = grouped.to_pydict()
-        for subject, publisher, lo, hi, n in zip(
-            rows["subject"], rows["publisher"], rows["publisher_seq_min"],
-            rows["publisher_seq_max"], rows["publisher_seq_count_distinct"], strict=True,
-        ):  # fmt: skip
-            out.append(StreamSummary(subject, publisher, lo, hi, n))
+        if batches:
+            out += stream_summaries(pa.Table.from_batches(batches))
     return out
 
 

@@ -51,6 +51,7 @@ import msgspec
 from .._tasks import TaskOwner
 from ..errors import AozError, ConfigError, UsageError, WaitTimeout
 from .files import partition_dir, write_atomically
+from .reading import with_summaries
 from .schema import Column, build_tables, columns_for
 
 if TYPE_CHECKING:
@@ -391,8 +392,10 @@ def write_rows(
     fsync: bool,
 ) -> tuple[list[tuple[str, int]], int]:
     """Build the tables of ``rows`` and write them as files ``file_no + 1``... of recorder
-    run ``recorder_id``; returns ``([(path, bytes)], decode_errors)``. Runs in the
-    recorder's worker process (or a thread): everything it needs is in its arguments."""
+    run ``recorder_id``, each with its stream summaries in its footer
+    (:func:`aoz.record.reading.with_summaries`); returns ``([(path, bytes)], errors)``.
+    Runs in the recorder's worker process (or a thread): everything it needs is in its
+    arguments."""
     tables, errors = build_tables(rows, columns)
     written = []
     stamp = int(time.time() * 1_000_000)
@@ -400,7 +403,7 @@ def write_rows(
         file_no += 1
         name = f"part-{stamp}-{recorder_id}-{file_no:06d}.parquet"
         path, size = write_atomically(
-            table, partition_dir(Path(directory), date), name,
+            with_summaries(table), partition_dir(Path(directory), date), name,
             compression=compression, fsync=fsync,
         )  # fmt: skip
         written.append((str(path), size))
