@@ -10,8 +10,8 @@ read is a full scan of every column into Spark's ``noop`` sink:
 
 * ``parquet``: ``spark.read.parquet(dir)`` (adds ``date``);
 * ``aoz``: ``spark.read.format("aoz").load(dir)`` (adds ``date``, ``recorder``,
-  ``offset``) with ``failOnDataLoss`` on (the default: the driver also reads the
-  ``subject``/``publisher``/``publisher_seq`` columns to check sequence gaps);
+  ``offset``) with ``failOnDataLoss`` on (the default: the driver also checks sequence
+  gaps, from the files' footer summaries where the recording has them);
 * ``aoz-noloss``: the same with ``failOnDataLoss=false``.
 """
 

@@ -47,9 +47,11 @@ Guarantees. A streaming query restarted from its checkpoint re-plans the batch i
 not committed from the same offsets over the same immutable files, so each recorded
 message is read once (exactly once into an idempotent or transactional sink). Gap
 checks judge each range in recording order against the highest number read before it;
-after a restart the driver first reads the ``publisher``/``publisher_seq`` columns of
-what the query had read (a cost proportional to the recording, only with
-``failOnDataLoss``). Lag: the source reports its latest offset, so the progress shows
+the driver takes each file's per-stream summary from its Parquet footer (the recorder
+writes it; part of a file, or an older file, is summarised from its ``subject``,
+``publisher`` and ``publisher_seq`` columns), and after a restart it first summarises
+what the query had read (footers only, for whole files; only with ``failOnDataLoss``).
+Lag: the source reports its latest offset, so the progress shows
 ``latestOffset`` beside ``endOffset``; :func:`aoz.record.offsets.rows_behind` turns
 them into rows. Python data sources cannot add custom metrics (Kafka's
 ``*OffsetsBehindLatest``) to the progress in Spark 4.3.
