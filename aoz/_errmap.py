@@ -27,7 +27,7 @@ import zmq
 
 from .errors import AozError, ClosedError, ConfigError, TransportError
 
-__all__ = ["mapped", "tolerated", "translate"]
+__all__ = ["drain_error", "mapped", "tolerated", "translate"]
 
 log = logging.getLogger("aoz.zmq")
 
@@ -91,3 +91,12 @@ def tolerated(what: str, why: str) -> Iterator[None]:
         yield
     except zmq.ZMQError as exc:
         log.debug("%s (ignored: %s)", translate(exc, what), why)
+
+
+def drain_error(exc: zmq.ZMQError, what: str, *, closing: bool) -> None:
+    """A socket error in a drain (a reader's callback): ignored while its owner closes
+    (or on a socket already closed), else raised as :func:`translate`'s error, which
+    ends the reader and fails the node."""
+    if closing or exc.errno in (zmq.ENOTSOCK, zmq.ETERM):
+        return
+    raise translate(exc, f"{what} failed") from exc
