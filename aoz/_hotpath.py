@@ -37,7 +37,7 @@ import zmq
 from ._errmap import translate
 from .errors import TransportError, WouldBlock
 from .message import Message, Responder, data_start
-from .protocol.builder import _Entry
+from .protocol.builder import Entry
 from .protocol.codecs import AOZ_CODEC_IDS, Codec
 from .protocol.frames import HANDLE_LEN, Kind, publish_subject_end
 from .protocol.sequence import FLAG, HEADER_LEN, PACK
@@ -66,8 +66,8 @@ CONSTANTS: Final = {
 # that only matters for options aoz does not use (routing ids, groups, zero-copy)
 _send: Callable[..., object] = getattr(zmq.backend, "Socket", zmq.Socket).send
 
-#: the pure twin's entry type (the compiled twin has its own, readable from C)
-Entry = _Entry
+# Entry: the pure twin's entry type is the builder's (the compiled twin has its own,
+# readable from C)
 
 
 class ReceiveSide(Protocol):

@@ -222,7 +222,7 @@ def drain_sub(plane, sock):
 
 cdef class Entry:
     """One subject's cached prefixes and its last sequence number: the twin of
-    ``aoz.protocol.builder._Entry``, with fields the compiled Sender reads directly."""
+    ``aoz.protocol.builder.Entry``, with fields the compiled Sender reads directly."""
 
     cdef public bytes header
     cdef public bytes prefix

@@ -22,7 +22,7 @@ from .frames import encode_reply, encode_request, publish_header
 from .sequence import FLAG
 from .subjects import is_reserved, subject_bytes
 
-__all__ = ["FrameBuilder"]
+__all__ = ["Entry", "FrameBuilder"]
 
 _CACHE_MAX = 8192
 _U32 = struct.Struct("<I").pack
@@ -31,7 +31,7 @@ _SEQ_WRAP = 0xFFFFFFFF
 _AOZ_CODECS = Codec.TEXT + 1  # payload ids aoz's codecs own; others are never touched
 
 
-class _Entry:
+class Entry:
     """One subject's cached prefixes and its last sequence number."""
 
     __slots__ = ("header", "prefix", "seq")
@@ -54,19 +54,19 @@ class FrameBuilder:
         *,
         publisher: int | None = None,
         cache_max: int = _CACHE_MAX,
-        entry_type: Callable[[bytes, bytes], _Entry] | None = None,
+        entry_type: Callable[[bytes, bytes], Entry] | None = None,
     ) -> None:
         self.default_codec = default_codec
         # the compiled hot path brings an entry type of its own (aoz._speedups.Entry:
         # the same fields, readable from C)
-        self._entry = _Entry if entry_type is None else entry_type
+        self._entry = Entry if entry_type is None else entry_type
         self.cache_max = cache_max
         #: the sequence header's publisher id; None: publications are not sequenced
         self.publisher = publisher
         self._pid = b"" if publisher is None else _U64(publisher)
         self._headers: dict[str, bytes] = {}
         #: subject -> its cached prefixes and sequence number (the compiled Sender reads them)
-        self.entries: dict[str, _Entry] = {}
+        self.entries: dict[str, Entry] = {}
 
     def header(self, subject: str) -> bytes:
         """The publish header of ``subject``; raises SubjectError for an invalid or
