@@ -171,3 +171,35 @@ def test_the_listed_modules_exist() -> None:
     assert Path(aoz.__file__).parent == ROOT
     known = {m for m, _ in _modules()}
     assert set(ZMQ_MODULES) <= known
+
+
+# The calls that hand a ZMQError to aoz._errmap (outside it, nothing else may catch one).
+_MAP_CALLS = {"drain_error", "translate", "socket_error"}
+
+
+def zmq_handlers_off_the_map() -> list[str]:
+    """``except zmq.ZMQError`` clauses that do not hand the error to ``aoz._errmap``."""
+    out: list[str] = []
+    for module, tree in _modules():
+        if module == "aoz._errmap":
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ExceptHandler) or node.type is None:
+                continue
+            caught = ast.unparse(node.type)
+            if "ZMQError" not in caught:
+                continue
+            calls = {
+                (c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", ""))
+                for c in ast.walk(node) if isinstance(c, ast.Call)
+            }
+            if not calls & _MAP_CALLS:
+                out.append(f"{module}:{node.lineno}: except {caught}")
+    return out
+
+
+def test_zmq_errors_are_handled_one_way() -> None:
+    """Outside the error map, a ZMQError is caught only to hand it to the map (the
+    readers' drains, the hot path's send); elsewhere `with mapped(...)`/`tolerated(...)`."""
+    off = zmq_handlers_off_the_map()
+    assert not off, "ZMQError handled outside aoz._errmap:\n" + "\n".join(off)
