@@ -184,6 +184,9 @@ def zmq_handlers_off_the_map() -> list[str]:
         if module == "aoz._errmap":
             continue
         for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("suppress") \
+                    and "ZMQError" in ast.unparse(node):
+                out.append(f"{module}:{node.lineno}: {ast.unparse(node)}")
             if not isinstance(node, ast.ExceptHandler) or node.type is None:
                 continue
             caught = ast.unparse(node.type)
