@@ -60,6 +60,7 @@ try:
 except ImportError as exc:
     raise missing_extra(exc, "fastapi", "aoz.fastapi") from exc
 
+from .asyncapi import document
 from .config import Overflow
 from .errors import (
     AozError,
@@ -82,6 +83,7 @@ __all__ = [
     "NodeDep",
     "app_node",
     "get_node",
+    "asyncapi_route",
     "install_exception_handlers",
     "lifespan",
     "message_to_dict",
@@ -182,6 +184,19 @@ def install_exception_handlers(app: FastAPI) -> FastAPI:
     for exc_type, handler in EXCEPTION_HANDLERS.items():
         app.add_exception_handler(exc_type, handler)
     return app
+
+
+def asyncapi_route(app: FastAPI, path: str = "/asyncapi.json", *, title: str | None = None,
+                   version: str = "1.0.0") -> None:
+    """Serve the AsyncAPI document of the app's node (its services and declared
+    publications, :mod:`aoz.asyncapi`) at ``path``."""
+
+    async def asyncapi(request: Request) -> JSONResponse:
+        node = get_node(request)
+        return JSONResponse(document(node.catalog, title=title or app.title,
+                                     version=version))
+
+    app.add_api_route(path, asyncapi, methods=["GET"], include_in_schema=False)
 
 
 def get_node(connection: HTTPConnection) -> Node:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
@@ -69,11 +69,15 @@ class SendPath:
         return self.sender.bytes_out
 
     # ------------------------------------------------------------------ publish
-    def publish_nowait(self, subject: str, data: object, codec: Codec | None) -> bool:
+    def publish_nowait(self, subject: str, data: object, codec: Codec | None,
+                       headers: Mapping[str, str] | None = None) -> bool:
         """Build and send without waiting; True when the caller should yield.
         On a blocking node a full subscriber raises WouldBlock and nothing was sent or
         numbered."""
         try:
+            if headers:
+                self.sender.send(self.builder.publish_with(subject, data, codec, headers))
+                return self.sender.due()
             return self.sender.publish(subject, data, codec)
         except WouldBlock as exc:
             self.builder.rewind(subject)  # not sent: a retry reuses the number
@@ -81,7 +85,8 @@ class SendPath:
             raise
 
     def publish(self, subject: str, data: object, codec: Codec | None,
-                block: bool | None) -> Awaitable[None] | None:
+                block: bool | None, headers: Mapping[str, str] | None = None
+                ) -> Awaitable[None] | None:
         """``await node.publish``, by the node's policy and ``block`` for this call.
 
         Sends now and returns ``None`` in the common case; returns what the caller must
@@ -94,10 +99,14 @@ class SendPath:
                     "publish(block=True) needs a node with send_policy='block' "
                     "(aoz.connect(send_policy='block'))"
                 )
-            if self.sender.publish(subject, data, codec):  # time to let the loop run
-                return asyncio.sleep(0)
-            return None
-        frame = self.sender.build(subject, data, codec)
+            if headers:
+                self.sender.send(self.builder.publish_with(subject, data, codec, headers))
+                due = self.sender.due()
+            else:
+                due = self.sender.publish(subject, data, codec)
+            return asyncio.sleep(0) if due else None  # the loop's turn, now and then
+        frame = (self.builder.publish_with(subject, data, codec, headers) if headers
+                 else self.sender.build(subject, data, codec))
         try:
             self.sender.send(frame)
         except WouldBlock:

@@ -43,6 +43,7 @@ import anyio
 import anyio.abc
 
 from ._tasks import TaskOwner
+from .asyncapi import reply_type_of
 from .errors import (
     AozError,
     ClosedError,
@@ -92,6 +93,8 @@ class Service:
         handler: Handler,
         max_concurrency: int,
         queue: str | None = None,
+        request_type: Any = None,
+        reply_type: Any = None,
     ) -> None:
         if not callable(handler):
             raise UsageTypeError(
@@ -110,9 +113,14 @@ class Service:
         self._sub: Any = None
         self.handled = 0
         self.failed = 0
+        # what aoz.asyncapi documents: the reply type from the handler's annotation
+        self._types = (request_type, reply_type or reply_type_of(handler))
 
     async def start(self) -> Service:
         """Subscribe and start answering; returns once the subscription is in place."""
+        request, reply = self._types
+        self.node.catalog.add_service(self.name, request=request, reply=reply,
+                                      queue=self.queue)
         if self.queue is not None:
             from .queues import subscribe as queue_subscribe
 
@@ -128,6 +136,7 @@ class Service:
 
     async def aclose(self) -> None:
         """Stop answering: unsubscribe and cancel calls in progress. From any task; twice too."""
+        self.node.catalog.remove_service(self.name)
         if self._sub is not None:
             await self._sub.aclose()
         await self._owner.aclose()
@@ -199,8 +208,14 @@ def serve(
     *,
     max_concurrency: int = 64,
     queue: str | None = None,
+    request_type: Any = None,
+    reply_type: Any = None,
 ) -> Service:
     """Advertise service ``name``: every request on it is answered by ``handler``.
+
+    ``request_type``/``reply_type`` describe the service in the node's AsyncAPI
+    document (:mod:`aoz.asyncapi`); the reply type defaults to the handler's return
+    annotation.
 
     ``handler`` is ``async def handler(msg) -> result`` or a plain function (run in a
     worker thread). Use the result as ``async with`` (or ``await svc.start()`` /
@@ -210,7 +225,7 @@ def serve(
     >>> async with aoz.serve(node, "SVC.echo", lambda m: m.decode()):  # doctest: +SKIP
     ...     ...
     """
-    return Service(node, name, handler, max_concurrency, queue)
+    return Service(node, name, handler, max_concurrency, queue, request_type, reply_type)
 
 
 async def wait_for_service(node: Node, name: str, timeout: float = 5.0) -> None:

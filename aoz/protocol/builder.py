@@ -14,12 +14,13 @@ b'A.B\\x00\\x01\\x00\\x00x'
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
-from ..errors import SubjectError
+from ..errors import EncodeError, SubjectError
 from .codecs import Codec, Verbatim, encode_payload
 from .frames import encode_reply, encode_request, publish_header
-from .sequence import FLAG
+from .headers import add_headers, is_aoz_flagged
+from .sequence import FLAG, HEADER_LEN
 from .subjects import is_reserved, subject_bytes
 
 __all__ = ["Entry", "FrameBuilder"]
@@ -90,8 +91,31 @@ class FrameBuilder:
             self._headers[subject] = h
         return h
 
-    def payload(self, data: object, codec: Codec | None) -> bytes:
-        return encode_payload(data, codec, default=self.default_codec)
+    def payload(self, data: object, codec: Codec | None,
+                headers: Mapping[str, str] | None = None) -> bytes:
+        """A payload (codec byte and body, with a header block when ``headers``)."""
+        body = encode_payload(data, codec, default=self.default_codec)
+        return add_headers(body, headers) if headers else body
+
+    def publish_with(self, subject: str, data: object, codec: Codec | None,
+                     headers: Mapping[str, str]) -> bytes:
+        """A publish frame carrying ``headers`` (numbered as :meth:`publish` numbers);
+        raises EncodeError for a payload that is not aoz's (omnm, Verbatim) without
+        numbering anything."""
+        if type(data) is Verbatim:
+            raise EncodeError("headers ride in aoz's payload header; a Verbatim payload "
+                              "goes out exactly as given, so it cannot carry them")
+        frame = self.publish(subject, data, codec)
+        start = len(self.entries[subject].header)
+        first = frame[start] if len(frame) > start else 0xFF
+        numbered = self.publisher is not None and is_aoz_flagged(first) and bool(first & FLAG)
+        try:
+            return frame[:start] + add_headers(frame[start:], headers,
+                                               HEADER_LEN - 1 if numbered else 0)
+        except BaseException:
+            if numbered:
+                self.rewind(subject)  # not built: the number is reused
+            raise
 
     def publish(self, subject: str, data: object, codec: Codec | None = None) -> bytes:
         """A publish frame; ``bytes`` go raw, ``str`` as text, the rest msgpack/JSON."""

@@ -54,7 +54,8 @@ async def test_sub_json_shows_text_and_base64(aoz_cli: Cli, aoz_node: aoz.Node) 
     assert (
         list(first)
         == list(second)
-        == ["subject", "kind", "codec", "reply", "received_at", "size", "encoding", "data"]
+        == ["subject", "kind", "codec", "reply", "headers", "received_at", "size", "encoding",
+            "data"]
     )
 
 

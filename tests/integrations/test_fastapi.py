@@ -128,6 +128,15 @@ async def test_http_endpoint_with_a_failing_service_is_502_without_its_error(
                for r in caplog.records)
 
 
+async def test_the_fastapi_app_serves_its_document(app_url: str) -> None:
+    async with httpx.AsyncClient(timeout=STEP) as http:
+        response = await http.get(f"http://{app_url}/asyncapi.json")
+    assert response.status_code == 200, response.text
+    doc = response.json()
+    assert doc["asyncapi"] == "3.0.0" and doc["info"]["title"] == "aoz example"
+    assert set(doc) >= {"channels", "operations", "components"}
+
+
 async def test_websocket_relays_market_data_and_stops_on_disconnect(
     app_url: str, aoz_node_factory: NodeFactory
 ) -> None:

@@ -67,17 +67,24 @@ def test_the_version_comes_from_the_package_metadata() -> None:
     )
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(180)
-def test_the_wheel_carries_the_license(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel pip builds from this checkout (once for the module's tests)."""
     pytest.importorskip("setuptools", reason="the build backend is not installed")
+    out = tmp_path_factory.mktemp("wheel")
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "-w", str(tmp_path), str(REPO)],
+         "-w", str(out), str(REPO)],
         capture_output=True, text=True, timeout=170,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    (wheel,) = tmp_path.glob("aoz-*.whl")
+    (built,) = out.glob("aoz-*.whl")
+    return built
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_the_wheel_carries_the_license(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         licenses = [n for n in names if n.endswith("LICENSE") and ".dist-info/" in n]
@@ -118,20 +125,15 @@ def test_aoz_version_needs_no_cli_extra() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_the_repaired_manylinux_wheel_imports_the_compiled_path(tmp_path: Path) -> None:
+def test_the_repaired_manylinux_wheel_imports_the_compiled_path(
+    wheel: Path, tmp_path: Path
+) -> None:
     """Issue #25 item 6: the wheel was tagged linux_x86_64, which an index refuses.
     auditwheel repairs it to a manylinux tag, and that wheel's compiled hot path loads."""
     pytest.importorskip("auditwheel", reason="auditwheel is not installed")
     if not (shutil.which("cc") or shutil.which("gcc")):
         pytest.skip("no C compiler: the wheel has no compiled hot path to repair")
-    raw, fixed = tmp_path / "raw", tmp_path / "fixed"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "-w", str(raw), str(REPO)],
-        capture_output=True, text=True, timeout=170,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    (wheel,) = raw.glob("aoz-*.whl")
+    fixed = tmp_path / "fixed"
     bindir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
     proc = subprocess.run([sys.executable, "-m", "auditwheel", "repair", "-w", str(fixed),
