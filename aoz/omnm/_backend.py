@@ -1,0 +1,87 @@
+"""Which omnm codec runs: the compiled one or its pure-Python twin. Chosen once, here.
+
+Two implementations of :func:`encode` and :func:`decode` with one contract: the pure
+one in ``_codec.py`` and the compiled one in ``_fast.pyx`` (built with the package where
+a C compiler and Cython exist; see ``setup.py``). They give the same bytes, the same
+messages and the same errors (``tests/omnm/test_twins.py`` feeds both the same input).
+The compiled one is used when it imports and matches this source (``ABI`` and the
+format's numbers it has built in), unless ``AOZ_PURE_PYTHON=1``, as pyzmq's
+``select_backend`` picks its backend. This module owns that choice and nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, Final, Literal
+
+from . import _codec
+from ._codec import MAX_DEPTH
+from ._model import FieldsLike, FieldType, Message
+
+__all__ = ["IMPLEMENTATION", "decode", "encode", "implementation", "select_backend"]
+
+log = logging.getLogger("aoz.omnm")
+
+#: bump with any change to the compiled functions' contract (and _fast.ABI with it)
+OMNM_ABI: Final = 1
+
+# the type bytes the compiled codec treats one by one (the rest go to the shared writers
+# and readers of _codec)
+_BUILT_IN_TYPES: Final = (
+    "MSG", "OPAQUE", "STRING", "BOOL", "CHAR", "I8", "U8", "I16", "U16", "I32", "U32",
+    "I64", "U64", "F32", "F64", "TIME", "PRICE", "VECTOR_MSG",
+)
+
+
+def constants() -> dict[str, Any]:
+    """The format's numbers that the compiled module has built in, from this source."""
+    return {
+        "MAX_DEPTH": MAX_DEPTH,
+        "U32_MAX": 0xFFFF_FFFF,
+        "TYPES": tuple(sorted((n, int(FieldType[n])) for n in _BUILT_IN_TYPES)),
+    }
+
+
+def select_backend() -> ModuleType:
+    """The codec module to use: ``aoz.omnm._fast`` when it is built, current and wanted,
+    else ``aoz.omnm._codec``."""
+    if os.environ.get("AOZ_PURE_PYTHON", "") not in ("", "0"):
+        log.debug("omnm codec: pure Python (AOZ_PURE_PYTHON is set)")
+        return _codec
+    try:
+        from . import _fast  # type: ignore[attr-defined,unused-ignore]
+    except ImportError as exc:
+        log.debug("omnm codec: pure Python (the compiled module is not built: %s)", exc)
+        return _codec
+    if _fast.ABI != OMNM_ABI or constants() != _fast.CONSTANTS:
+        log.warning("aoz.omnm._fast is out of date with this source tree (rebuild it with "
+                    "`pip install -e .`); using the pure-Python omnm codec")
+        return _codec
+    log.debug("omnm codec: compiled (%s)", _fast.__file__)
+    return _fast
+
+
+_backend: Final = select_backend()
+#: which omnm codec runs: "compiled" or "python"
+IMPLEMENTATION: Final[Literal["compiled", "python"]] = (
+    "python" if _backend is _codec else "compiled"
+)
+encode: Final[Callable[[FieldsLike], bytes]] = _backend.encode
+decode: Final[Callable[[bytes | bytearray | memoryview], Message]] = _backend.decode
+if _backend is not _codec:  # one documentation for both twins
+    encode.__doc__ = _codec.encode.__doc__
+    decode.__doc__ = _codec.decode.__doc__
+
+
+def implementation() -> Literal["compiled", "python"]:
+    """Which omnm codec this process runs: ``"compiled"`` (``aoz.omnm._fast``, built with
+    the package) or ``"python"`` (the pure twin: where it could not be built, or with
+    ``AOZ_PURE_PYTHON=1``). Both give the same bytes, messages and errors.
+
+    >>> implementation() in ("compiled", "python")
+    True
+    """
+    return IMPLEMENTATION
