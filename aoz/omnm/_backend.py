@@ -1,6 +1,6 @@
 """Which omnm codec runs: the compiled one or its pure-Python twin. Chosen once, here.
 
-Two implementations of :func:`encode` and :func:`decode` with one contract: the pure
+Two implementations of :func:`encode`, :func:`decode` (and ``Message.__init__``) with one contract: the pure
 one in ``_codec.py`` and the compiled one in ``_fast.pyx`` (built with the package where
 a C compiler and Cython exist; see ``setup.py``). They give the same bytes, the same
 messages and the same errors (``tests/omnm/test_twins.py`` feeds both the same input).
@@ -71,9 +71,13 @@ IMPLEMENTATION: Final[Literal["compiled", "python"]] = (
 )
 encode: Final[Callable[[FieldsLike], bytes]] = _backend.encode
 decode: Final[Callable[[bytes | bytearray | memoryview], Message]] = _backend.decode
-if _backend is not _codec:  # one documentation for both twins
-    encode.__doc__ = _codec.encode.__doc__
+#: Message.__init__ as written in _model.py (the compiled one hands it what it does not take)
+PURE_MESSAGE_INIT: Final = Message.__init__
+if _backend is not _codec:
+    encode.__doc__ = _codec.encode.__doc__  # one documentation for both twins
     decode.__doc__ = _codec.decode.__doc__
+    # a Message of ready Fields, built per message to send, without a Python frame
+    Message.__init__ = _backend.message_init  # type: ignore[method-assign]
 
 
 def implementation() -> Literal["compiled", "python"]:

@@ -251,6 +251,36 @@ cdef object _message(list fields):
     return m
 
 
+cdef object _pure_init = Message.__init__
+
+
+cdef inline void _set_slot(PyObject* m, Py_ssize_t at, object value) noexcept:
+    cdef PyObject** slot = <PyObject**>(<char*>m + at)
+    cdef PyObject* old = slot[0]
+    Py_INCREF(value)
+    slot[0] = <PyObject*>value
+    if old != NULL:
+        Py_DECREF(<object>old)
+
+
+def message_init(self, fields=None):
+    """``Message.__init__`` for a list or tuple of Fields, without a Python frame; other
+    arguments go to the pure ``Message.__init__``. (aoz.omnm._backend installs it.)"""
+    cdef object tf = type(fields)
+    cdef list lst
+    cdef Py_ssize_t i
+    if (tf is list or tf is tuple) and isinstance(self, _Message):
+        lst = list(fields)
+        for i in range(PyList_GET_SIZE(lst)):
+            if <PyObject*>Py_TYPE(PyList_GET_ITEM(lst, i)) != <PyObject*>_FieldType:
+                break
+        else:
+            _set_slot(<PyObject*>self, _FIELDS_AT, lst)
+            _set_slot(<PyObject*>self, _INDEX_AT, None)
+            return
+    _pure_init(self, fields)
+
+
 # ----------------------------------------------------------------------------- decoding
 def decode(data):
     """Decode omnm bytes into a Message; raises DecodeError if malformed (see _codec)."""

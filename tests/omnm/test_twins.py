@@ -363,3 +363,40 @@ def _walk(msg: Message) -> Any:
         elif f.type is FT.VECTOR_MSG:
             for m in f.value:
                 yield from _walk(m)
+
+
+# ---------------------------------------------------------------------- Message(...)
+def _built(init: Callable[..., None]) -> Callable[[Any], Message]:
+    def build(arg: Any) -> Message:
+        m = Message.__new__(Message)
+        init(m, arg)
+        return m
+
+    return build
+
+
+@compiled
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(
+    messages.map(lambda m: m.fields), messages.map(lambda m: tuple(m.fields)), messages,
+    st.lists(st.one_of(any_field(), st.tuples(st.just("t"), st.just(1), st.just(FT.U8),
+                                              st.integers(0, 9)),
+                       st.just(("short",)), st.just(5)), max_size=3),
+    st.dictionaries(st.text(max_size=3), dict_values, max_size=3), st.none(), st.just(7),
+))
+def test_messages_are_built_alike(arg: Any) -> None:
+    assert _fast is not None
+    pure = outcome(_built(_backend.PURE_MESSAGE_INIT), arg)
+    assert outcome(_built(_fast.message_init), arg) == pure
+    m = Message([Field("old", 1, FT.U8, 1)])
+    m.get("old")  # an index to drop
+    _fast.message_init(m, [Field("new", 2, FT.U8, 2)])  # again on a built message
+    assert m._index is None and m.fields == [Field("new", 2, FT.U8, 2)]
+
+
+@compiled
+def test_built_messages_own_their_list() -> None:
+    fields = [Field("a", 1, FT.U8, 1)]
+    m = Message(fields)
+    fields.append(Field("b", 2, FT.U8, 2))
+    assert len(m) == 1
