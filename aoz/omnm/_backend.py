@@ -1,11 +1,12 @@
 """Which omnm codec runs: the compiled one or its pure-Python twin. Chosen once, here.
 
-Two implementations of :func:`encode`, :func:`decode` (and ``Message.__init__``) with one contract: the pure
-one in ``_codec.py`` and the compiled one in ``_fast.pyx`` (built with the package where
-a C compiler and Cython exist; see ``setup.py``). They give the same bytes, the same
+Two implementations of :func:`encode`, :func:`decode` and ``Message.__init__`` (for a
+list of ready Fields) with one contract: the pure ones in ``_codec.py`` and
+``_model.py``, the compiled ones in ``_fast.pyx`` (built with the package where a C
+compiler and Cython exist; see ``setup.py``). They give the same bytes, the same
 messages and the same errors (``tests/omnm/test_twins.py`` feeds both the same input).
-The compiled one is used when it imports and matches this source (``ABI`` and the
-format's numbers it has built in), unless ``AOZ_PURE_PYTHON=1``, as pyzmq's
+The compiled ones are used when the module imports and matches this source (``ABI`` and
+the format's numbers it has built in), unless ``AOZ_PURE_PYTHON=1``, as pyzmq's
 ``select_backend`` picks its backend. This module owns that choice and nothing else.
 """
 
