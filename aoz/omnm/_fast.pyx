@@ -178,7 +178,7 @@ cdef inline object _field(object name, object fid, object ft, object value):
 
 
 # Field headers (type, fid, name) repeat message after message: a direct-mapped cache of
-# the name's text and the fid's int, keyed by the header's bytes (FNV-1a).
+# the name's text and the fid's int, keyed by the header's bytes.
 cdef enum:
     HEAD_SLOTS = 1024
 cdef PyObject* _head_raw[HEAD_SLOTS]
@@ -192,11 +192,17 @@ memset(_head_fid, 0, sizeof(_head_fid))
 cdef Py_ssize_t _head(const uint8_t* p, Py_ssize_t n) except -1:
     """The cache slot holding the name (None when empty) and fid of the field header
     ``p[:n]`` (type byte, fid, name; no NUL)."""
-    cdef uint32_t h = 2166136261u
-    cdef Py_ssize_t i
-    for i in range(n):
-        h = (h ^ p[i]) * 16777619u
-    cdef uint32_t slot = h & (HEAD_SLOTS - 1)
+    # hash: the type, fid and length, and up to 8 bytes from each end of the name (the
+    # memcmp below decides; a collision only costs a miss)
+    cdef uint64_t a = 0, z = 0
+    cdef Py_ssize_t k = n - 3 if n - 3 < 8 else 8
+    memcpy(&a, p + 3, k)
+    memcpy(&z, p + n - k, k)
+    cdef uint64_t h = ((<uint64_t>p[0] | (<uint64_t>p[1] << 8) | (<uint64_t>p[2] << 16)
+                        | (<uint64_t>n << 24)) * 0x9E3779B97F4A7C15u)
+    h = (h ^ a) * 0x9E3779B97F4A7C15u
+    h = (h ^ z) * 0x9E3779B97F4A7C15u
+    cdef uint32_t slot = <uint32_t>(h >> 40) & (HEAD_SLOTS - 1)
     cdef PyObject* raw = _head_raw[slot]
     if (raw != NULL and PyBytes_GET_SIZE(<object>raw) == n
             and memcmp(PyBytes_AS_STRING(<object>raw), p, n) == 0):
@@ -230,7 +236,7 @@ cdef PyTypeObject* _MessageType = <PyTypeObject*>Message
 
 
 cdef Py_ssize_t _slot_offset(str name) except -1:
-    d = Message.__dict__[name]
+    d = Message.__dict__.get(name)
     if type(d).__name__ != "member_descriptor":
         raise ImportError(f"aoz.omnm.Message.{name} is not a slot")
     return (<PyMemberDescrObject*><PyObject*>d).d_member.offset
