@@ -239,11 +239,22 @@ class Message:
         # built from the last field to the first, so that the first of a name wins
         backwards = fields[::-1]
         where = range(n - 1, -1, -1)
-        index = (
-            dict(zip(map(_NAME, backwards), where, strict=True)),
-            dict(zip(map(_FID, backwards), where, strict=True)),
-            n,
-        )
+        try:
+            index = (
+                dict(zip(map(_NAME, backwards), where, strict=True)),
+                dict(zip(map(_FID, backwards), where, strict=True)),
+                n,
+            )
+        except TypeError:  # an unhashable name or fid, which no key can match: left out
+            names: dict[Any, int] = {}
+            fids: dict[Any, int] = {}
+            for i, f in enumerate(fields):
+                for table, key in ((names, f[0]), (fids, f[1])):
+                    try:
+                        table.setdefault(key, i)
+                    except TypeError:
+                        pass
+            index = (names, fids, n)
         self._index = index
         return index
 

@@ -85,6 +85,8 @@ def test_odd_keys() -> None:
     assert msg.get(1.0) == 1  # type: ignore[arg-type]  # equal to the fid, as before
     assert msg.get(None) is None  # type: ignore[arg-type]
     assert "a" in msg and 1 in msg and None not in msg
+    junk = Message([Field(["x"], [1], FT.U8, 1), Field("a", 2, FT.U8, 2)])  # type: ignore[arg-type]
+    assert junk["a"] == 2 and junk[2] == 2 and junk.get("x") is None
 
 
 def test_lookups_index_once(monkeypatch: pytest.MonkeyPatch) -> None:
