@@ -57,6 +57,10 @@ def select_backend() -> ModuleType:
     except ImportError as exc:
         log.debug("omnm codec: pure Python (the compiled module is not built: %s)", exc)
         return _codec
+    except Exception as exc:  # built, but does not fit this source: never fail the import
+        log.warning("aoz.omnm._fast does not load (%s: %s); using the pure-Python omnm codec",
+                    type(exc).__name__, exc)
+        return _codec
     if _fast.ABI != OMNM_ABI or constants() != _fast.CONSTANTS:
         log.warning("aoz.omnm._fast is out of date with this source tree (rebuild it with "
                     "`pip install -e .`); using the pure-Python omnm codec")

@@ -235,15 +235,30 @@ cdef extern from "Python.h":
 cdef PyTypeObject* _MessageType = <PyTypeObject*>Message
 
 
-cdef Py_ssize_t _slot_offset(str name) except -1:
-    d = Message.__dict__.get(name)
-    if type(d).__name__ != "member_descriptor":
-        raise ImportError(f"aoz.omnm.Message.{name} is not a slot")
+cdef Py_ssize_t _slot_offset(object cls, str name) except -1:
+    d = cls.__dict__.get(name)
+    if type(d).__name__ != "member_descriptor" or d.__objclass__ is not cls:
+        raise ImportError(f"{cls.__qualname__}.{name} is not a slot")
     return (<PyMemberDescrObject*><PyObject*>d).d_member.offset
 
 
-cdef Py_ssize_t _FIELDS_AT = _slot_offset("_fields")
-cdef Py_ssize_t _INDEX_AT = _slot_offset("_index")
+cdef Py_ssize_t _FIELDS_AT = _slot_offset(Message, "_fields")
+cdef Py_ssize_t _INDEX_AT = _slot_offset(Message, "_index")
+# Time and Price are msgspec Structs: their fields are slots too
+cdef Py_ssize_t _SECONDS_AT = _slot_offset(Time, "seconds")
+cdef Py_ssize_t _MICROS_AT = _slot_offset(Time, "microseconds")
+cdef Py_ssize_t _PRECISION_AT = _slot_offset(Time, "precision")
+cdef Py_ssize_t _HINTS_AT = _slot_offset(Time, "hints")
+cdef Py_ssize_t _VALUE_AT = _slot_offset(Price, "value")
+cdef Py_ssize_t _PRICE_HINTS_AT = _slot_offset(Price, "hints")
+
+
+cdef inline object _slot(object o, Py_ssize_t at):
+    """The value in the slot at ``at`` of ``o`` (an exact instance of the slot's class)."""
+    cdef PyObject* v = (<PyObject**>(<char*>(<PyObject*>o) + at))[0]
+    if v == NULL:  # an unset slot: the pure twin says what that is
+        raise _FALLBACK
+    return <object>v
 
 
 cdef object _message(list fields):
@@ -426,17 +441,25 @@ cdef struct Buf:
     char* p
     Py_ssize_t n
     Py_ssize_t cap
+    bint heap  # p was malloc'ed (else it is the caller's stack buffer)
 
 
 cdef int _grow(Buf* b, Py_ssize_t more) except -1:
     cdef Py_ssize_t cap = b.cap * 2
     while cap < b.n + more:
         cap *= 2
-    cdef char* p = <char*>realloc(b.p, cap)
+    cdef char* p
+    if b.heap:
+        p = <char*>realloc(b.p, cap)
+    else:  # leaving the caller's stack buffer
+        p = <char*>malloc(cap)
+        if p != NULL:
+            memcpy(p, b.p, b.n)
     if p == NULL:
         raise MemoryError()
     b.p = p
     b.cap = cap
+    b.heap = True
     return 0
 
 
@@ -468,12 +491,12 @@ cdef int _put(Buf* b, const char* s, Py_ssize_t n) except -1:
 
 def encode(message):
     """Encode an omnm message (a Message, a dict or a list of Fields); see _codec.encode."""
+    cdef char first[1024]  # most messages fit: no malloc
     cdef Buf b
-    b.cap = 512
+    b.cap = sizeof(first)
     b.n = 0
-    b.p = <char*>malloc(b.cap)
-    if b.p == NULL:
-        raise MemoryError()
+    b.p = first
+    b.heap = False
     try:
         memcpy(b.p, b"O\x01\x00", 3)
         b.n = 3
@@ -483,7 +506,8 @@ def encode(message):
             return _pure_encode(message)
         return PyBytes_FromStringAndSize(b.p, b.n)
     finally:
-        free(b.p)
+        if b.heap:
+            free(b.p)
 
 
 cdef int _encode_fields(Buf* b, object message, int depth) except -1:
@@ -495,7 +519,7 @@ cdef int _encode_fields(Buf* b, object message, int depth) except -1:
         raise _FALLBACK
     tm = type(message)
     if tm is _Message:
-        fields = message._fields
+        fields = _slot(message, _FIELDS_AT)
     elif tm is list or tm is tuple:
         fields = message
     elif tm is dict:
@@ -630,8 +654,8 @@ cdef int _time(Buf* b, object v) except -1:
     cdef object t = type(v)
     cdef long long days
     if t is _Time:
-        _time_parts(b, _int(v.seconds), _int(v.microseconds), _int(v.precision),
-                    _int(v.hints))
+        _time_parts(b, _int(_slot(v, _SECONDS_AT)), _int(_slot(v, _MICROS_AT)),
+                    _int(_slot(v, _PRECISION_AT)), _int(_slot(v, _HINTS_AT)))
     elif t is datetime and datetime_tzinfo(v) is _UTC:
         # Time.from_datetime of a UTC datetime: microsecond precision, date and time
         days = _days_from_civil(PyDateTime_GET_YEAR(v), PyDateTime_GET_MONTH(v),
@@ -649,8 +673,8 @@ cdef int _price(Buf* b, object v) except -1:
     cdef object value
     cdef long long hints
     if t is _Price:
-        value = v.value
-        hints = _int(v.hints)
+        value = _slot(v, _VALUE_AT)
+        hints = _int(_slot(v, _PRICE_HINTS_AT))
         if not 0 <= hints <= 255:
             raise _FALLBACK
     elif t is float or t is int:

@@ -400,3 +400,29 @@ def test_built_messages_own_their_list() -> None:
     m = Message(fields)
     fields.append(Field("b", 2, FT.U8, 2))
     assert len(m) == 1
+
+
+# ---------------------------------------------------------------------- the choice
+def test_the_choice_of_codec(monkeypatch: pytest.MonkeyPatch, caplog: Any) -> None:
+    import sys
+    import types
+
+    monkeypatch.setenv("AOZ_PURE_PYTHON", "1")
+    assert _backend.select_backend() is _codec
+    monkeypatch.setenv("AOZ_PURE_PYTHON", "0")
+    stale = types.ModuleType("aoz.omnm._fast")
+    stale.__file__ = "stale.so"
+    stale.ABI = _backend.OMNM_ABI + 1  # type: ignore[attr-defined]
+    stale.CONSTANTS = _backend.constants()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "aoz.omnm._fast", stale)
+    monkeypatch.setattr(omnm, "_fast", stale, raising=False)
+    assert _backend.select_backend() is _codec
+    assert "out of date" in caplog.text
+    stale.ABI = _backend.OMNM_ABI  # type: ignore[attr-defined]
+    stale.CONSTANTS = {**_backend.constants(), "MAX_DEPTH": 99}  # type: ignore[attr-defined]
+    assert _backend.select_backend() is _codec
+    stale.CONSTANTS = _backend.constants()  # type: ignore[attr-defined]
+    assert _backend.select_backend() is stale
+    monkeypatch.setitem(sys.modules, "aoz.omnm._fast", None)  # not built
+    monkeypatch.delattr(omnm, "_fast")
+    assert _backend.select_backend() is _codec
