@@ -2,10 +2,12 @@
 """The omnm codec compiled: the twin of ``aoz/omnm/_codec.py``, the same bytes and values.
 
 Theory of operation. ``decode`` walks the buffer once in C and builds the same
-:class:`~aoz.omnm.Message` the pure codec builds (field names come from a small cache
-keyed by their bytes, values are made with the C API, each ``Field`` is allocated in
-one step). ``encode`` writes every field into one growing C buffer, then makes one
-``bytes``; ASCII names and texts are copied straight out of the ``str``.
+:class:`~aoz.omnm.Message` the pure codec builds (names and fids come from a small cache
+keyed by the field header's bytes, values are made with the C API, each ``Field`` and
+the ``Message`` are allocated in one step and their slots filled). ``encode`` writes every field into one growing C buffer, then makes one
+``bytes``; ASCII names and texts are copied straight out of the ``str``, and Message,
+Time and Price fields are read from their slots. ``message_init`` is ``Message.__init__``
+for a list of ready Fields, without a Python frame.
 
 Both take a fast path for well-formed input of the common types and hand everything
 else to the pure twin, whole: a malformed payload is decoded again by ``_codec.decode``,
@@ -52,7 +54,7 @@ from ._codec import MAX_DEPTH as _MAX_DEPTH_PY
 from ._codec import READER_BY_ID, WRITER_BY_ID
 from ._codec import decode as _pure_decode
 from ._codec import encode as _pure_encode
-from ._model import Field, FieldType, Message, Price, Time, Typed
+from ._model import Field, FieldType, Message, Price, Time
 
 import_datetime()
 
@@ -96,7 +98,6 @@ cdef object _Message = Message
 cdef object _Time = Time
 cdef object _Price = Price
 cdef object _FieldTypeCls = FieldType
-cdef object _DecodeError = DecodeError
 cdef object _tuple_new = tuple.__new__
 # Field values are allocated directly (as tuple.__new__ does) where tuples keep no hash
 # cache; elsewhere through tuple.__new__.

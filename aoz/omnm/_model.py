@@ -285,6 +285,14 @@ class Message:
         return default if f is None else f[3]
 
     def __getitem__(self, key: str | int) -> Any:
+        # field(), inlined for the common case: a current index and a hit by name
+        index = self._index
+        if index is not None and type(key) is str and index[2] == len(self._fields):
+            i = index[0].get(key)
+            if i is not None:
+                f = self._fields[i]
+                if f[0] == key:
+                    return f[3]
         f = self.field(key)
         if f is None:
             raise KeyError(key)
