@@ -194,6 +194,8 @@ class Message:
         self._index = None
         if fields is None:
             self._fields = []
+        elif type(fields) is list and set(map(type, fields)) <= _FIELD_TYPES:
+            self._fields = fields.copy()  # ready Fields, the common case
         elif isinstance(fields, Message):
             self._fields = list(fields._fields)
         elif isinstance(fields, Mapping):
