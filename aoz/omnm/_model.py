@@ -292,9 +292,9 @@ class Message:
         if index is not None and type(key) is str and index[2] == len(self._fields):
             i = index[0].get(key)
             if i is not None:
-                f = self._fields[i]
-                if f[0] == key:
-                    return f[3]
+                hit = self._fields[i]
+                if hit[0] == key:
+                    return hit[3]
         f = self.field(key)
         if f is None:
             raise KeyError(key)
