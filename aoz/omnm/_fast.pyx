@@ -12,13 +12,15 @@ for a list of ready Fields, without a Python frame.
 Both take a fast path for well-formed input of the common types and hand everything
 else to the pure twin, whole: a malformed payload is decoded again by ``_codec.decode``,
 which raises its :class:`~aoz.DecodeError`; a value the fast path does not take (a
-wrong type, out of range, a subclass, a ``VECTOR_MSG``, ``Typed``, a Mapping that is
-not a dict...) is encoded by ``_codec.encode``, which encodes it or raises its
+wrong type, out of range, a subclass, a ``VECTOR_MSG``, a Mapping that is not a
+dict...) is encoded by ``_codec.encode``, which encodes it or raises its
 :class:`~aoz.EncodeError`. So the errors (and their messages) are the pure twin's by
 construction, and what the twin tests check is that the fast path never accepts what
 the pure one refuses and never writes or reads anything else. Vector values are read
 and written by the pure twin's own per-type functions (``READER_BY_ID``,
-``WRITER_BY_ID``): one set of rules for both.
+``WRITER_BY_ID``), and a dict value that is not a plain str, float, int, bool, bytes,
+Time, datetime, Price, dict or Message gets its type from ``field_from_value``: one set
+of rules for both.
 
 ``aoz.omnm._backend`` uses this module only when its ``ABI`` and ``CONSTANTS`` match.
 """
@@ -54,7 +56,7 @@ from ._codec import MAX_DEPTH as _MAX_DEPTH_PY
 from ._codec import READER_BY_ID, WRITER_BY_ID
 from ._codec import decode as _pure_decode
 from ._codec import encode as _pure_encode
-from ._model import Field, FieldType, Message, Price, Time
+from ._model import Field, FieldType, Message, Price, Time, field_from_value
 
 import_datetime()
 
@@ -102,6 +104,7 @@ cdef object _tuple_new = tuple.__new__
 # Field values are allocated directly (as tuple.__new__ does) where tuples keep no hash
 # cache; elsewhere through tuple.__new__.
 cdef bint _DIRECT_TUPLES = sys.version_info < (3, 14)
+cdef object _field_from_value = field_from_value
 cdef object _readers = READER_BY_ID
 cdef object _writers = WRITER_BY_ID
 cdef object _UTC = _dt.UTC
@@ -873,6 +876,10 @@ cdef int _encode_inferred(Buf* b, object name, object v, int depth) except -1:
     elif tv is dict or tv is _Message:
         _header(b, name, 0, T_MSG)
         _nested(b, v, depth)
-    else:  # lists (vectors), Typed, subclasses, None...: the pure twin
-        raise _FALLBACK
+    else:
+        # lists (vectors), Typed, subclasses, None...: the one inference rule both twins
+        # share makes the Field (or raises, and the pure twin says so)
+        f = _field_from_value(name, 0, v)
+        _encode_field(b, <object>PyTuple_GET_ITEM(f, 0), <object>PyTuple_GET_ITEM(f, 1),
+                      <object>PyTuple_GET_ITEM(f, 2), <object>PyTuple_GET_ITEM(f, 3), depth)
     return 0

@@ -352,7 +352,11 @@ def test_the_fast_path_takes_well_formed_input_itself(monkeypatch: pytest.Monkey
         if not any(f.type is FT.VECTOR_MSG for f in _walk(msg)):
             _fast.encode(msg)
     _fast.encode({"s": "x", "i": -5, "u": 2**40, "f": 1.5, "b": True, "o": b"x",
-                  "t": dt.datetime(2024, 1, 2, tzinfo=dt.UTC), "p": Price(1.0), "m": {"a": 1}})
+                  "t": dt.datetime(2024, 1, 2, tzinfo=dt.UTC), "p": Price(1.0), "m": {"a": 1},
+                  "q": Typed(FT.I64, 5), "v": [1, -2], "vs": ["a", "b"], "vf": (1.5, 2),
+                  "vt": [Time(5)], "tt": Typed(FT.TIME, Time(7)), "c": Typed(FT.CHAR, "x"),
+                  "ba": bytearray(b"y")})
+    _fast.encode(Message({"q": Typed(FT.I64, 5), "v": [1, -2]}))
 
 
 def _walk(msg: Message) -> Any:
