@@ -36,7 +36,10 @@ from ._model import (
     narrowest_int_type,
 )
 
-__all__ = ["MAX_DEPTH", "decode", "encode", "field_from_value", "narrowest_int_type"]
+__all__ = [
+    "MAX_DEPTH", "READER_BY_ID", "WRITER_BY_ID", "decode", "encode", "field_from_value",
+    "narrowest_int_type",
+]
 
 
 #: nested MSG / VECTOR_MSG levels accepted by :func:`decode` (and written by :func:`encode`)
@@ -112,7 +115,7 @@ def _encode_into(buf: bytearray, message: FieldsLike, depth: int) -> None:
                     buf += s.pack(value)
                     continue
                 raise TypeError(f"needs a number, not {type(value).__name__}")
-            _WRITER_BY_ID[t](buf, value, depth)
+            WRITER_BY_ID[t](buf, value, depth)
         except (struct.error, TypeError, ValueError, OverflowError) as exc:
             tn = t.name if isinstance(t, FieldType) else repr(t)
             raise EncodeError(
@@ -357,7 +360,7 @@ def _decode(buf: bytes, pos: int, end: int, depth: int) -> Message:
                 pos = nxt
                 continue
             # malformed: the general reader below says what is wrong
-        value, pos = _READER_BY_ID[tb](buf, pos, end, depth, t)
+        value, pos = READER_BY_ID[tb](buf, pos, end, depth, t)
         append(_new_field(Field, (name, fid, t, value)))
     return Message._of(fields)
 
@@ -512,9 +515,7 @@ _READERS: Final[dict[FieldType, _Reader]] = {
 # one set of rules to them.
 WRITER_BY_ID: Final[list[Any]] = [None] * 256
 READER_BY_ID: Final[list[Any]] = [None] * 256
-_WRITER_BY_ID: Final = WRITER_BY_ID
-_READER_BY_ID: Final = READER_BY_ID
 for _t, _w in _WRITERS.items():
-    _WRITER_BY_ID[_t] = _w
+    WRITER_BY_ID[_t] = _w
 for _t, _r in _READERS.items():
-    _READER_BY_ID[_t] = _r
+    READER_BY_ID[_t] = _r
