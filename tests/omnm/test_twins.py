@@ -430,3 +430,13 @@ def test_the_choice_of_codec(monkeypatch: pytest.MonkeyPatch, caplog: Any) -> No
     monkeypatch.setitem(sys.modules, "aoz.omnm._fast", None)  # not built
     monkeypatch.delattr(omnm, "_fast")
     assert _backend.select_backend() is _codec
+
+
+@compiled
+@given(st.datetimes(min_value=dt.datetime(1900, 1, 1), max_value=dt.datetime(2200, 1, 1),
+                    timezones=st.sampled_from([dt.UTC, dt.timezone(dt.timedelta(hours=-5))])))
+def test_datetimes_encode_alike(when: dt.datetime) -> None:
+    """The compiled codec turns a UTC datetime into a TIME itself (the pure one through
+    Time.from_datetime): the same seconds and microseconds, in range or refused alike."""
+    same_encoding({"t": when})
+    same_encoding([Field("t", 1, FT.TIME, when)])
