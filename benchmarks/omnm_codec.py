@@ -218,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{label:<38} {ratio:7.2f}x  {'':>15}{other}")
     for n, us in result["us_per_lookup_by_name"].items():
         other = f"  {pure['us_per_lookup_by_name'][n]:8.3f}" if pure else ""
-        print(f"{'lookup by name, ' + n + ' fields (us each)':<38} {us:8.3f}  {'':>15}{other}")
+        every = f"(all {n}: {us * int(n):.0f} us)"
+        print(f"{'lookup by name, ' + n + ' fields (us each)':<38} {us:8.3f}  {every:>15}{other}")
     return 0
 
 
