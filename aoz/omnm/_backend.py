@@ -76,8 +76,6 @@ IMPLEMENTATION: Final[Literal["compiled", "python"]] = (
 )
 encode: Final[Callable[[FieldsLike], bytes]] = _backend.encode
 decode: Final[Callable[[bytes | bytearray | memoryview], Message]] = _backend.decode
-#: Message.__init__ as written in _model.py (the compiled one hands it what it does not take)
-PURE_MESSAGE_INIT: Final = Message.__init__
 if _backend is not _codec:
     encode.__doc__ = _codec.encode.__doc__  # one documentation for both twins
     decode.__doc__ = _codec.decode.__doc__

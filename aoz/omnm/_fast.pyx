@@ -56,7 +56,7 @@ from ._codec import MAX_DEPTH as _MAX_DEPTH_PY
 from ._codec import READER_BY_ID, WRITER_BY_ID
 from ._codec import decode as _pure_decode
 from ._codec import encode as _pure_encode
-from ._model import Field, FieldType, Message, Price, Time, field_from_value
+from ._model import PURE_MESSAGE_INIT, Field, FieldType, Message, Price, Time, field_from_value
 
 import_datetime()
 
@@ -276,7 +276,7 @@ cdef object _message(list fields):
     return m
 
 
-cdef object _pure_init = Message.__init__
+cdef object _pure_init = PURE_MESSAGE_INIT
 
 
 cdef inline void _set_slot(PyObject* m, Py_ssize_t at, object value) noexcept:

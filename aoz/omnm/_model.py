@@ -338,6 +338,11 @@ class Message:
         return f"omnm.Message({inner})"
 
 
+#: Message.__init__ as written above: aoz.omnm._backend may install the compiled one
+#: (for a list of ready Fields), which hands every other argument to this one
+PURE_MESSAGE_INIT: Final = Message.__init__
+
+
 def printable(text: str) -> str:
     """``text`` as valid Unicode: bytes that were not UTF-8 on the wire become ``\\xNN``.
 

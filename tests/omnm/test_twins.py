@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aoz import EncodeError, omnm
-from aoz.omnm import Field, FieldType, Message, Price, Time, Typed, _backend, _codec
+from aoz.omnm import Field, FieldType, Message, Price, Time, Typed, _backend, _codec, _model
 
 from .golden import opaque_1mib, with_bytes
 from .test_codec import messages, scalar
@@ -390,7 +390,7 @@ def _built(init: Callable[..., None]) -> Callable[[Any], Message]:
 ))
 def test_messages_are_built_alike(arg: Any) -> None:
     assert _fast is not None
-    pure = outcome(_built(_backend.PURE_MESSAGE_INIT), arg)
+    pure = outcome(_built(_model.PURE_MESSAGE_INIT), arg)
     assert outcome(_built(_fast.message_init), arg) == pure
     m = Message([Field("old", 1, FT.U8, 1)])
     m.get("old")  # an index to drop
