@@ -67,6 +67,7 @@ from .errors import (
     NoResponders,
     RequestTimeout,
     ServiceError,
+    UsageError,
     WaitTimeout,
 )
 from .message import Message
@@ -141,7 +142,7 @@ def app_node(app: FastAPI) -> Node:
     """
     node = getattr(app.state, STATE_KEY, None)
     if not isinstance(node, Node):
-        raise AozError(
+        raise UsageError(
             "the app has no running aoz node: create it with "
             "FastAPI(lifespan=aoz.fastapi.lifespan()) and call this while the lifespan runs"
         )
@@ -191,7 +192,7 @@ def get_node(connection: HTTPConnection) -> Node:
     if not isinstance(node, Node):
         node = getattr(connection.app.state, STATE_KEY, None)
     if not isinstance(node, Node):
-        raise AozError(
+        raise UsageError(
             "no aoz node in the app's lifespan state: create the app with "
             "FastAPI(lifespan=aoz.fastapi.lifespan())"
         )

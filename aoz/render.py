@@ -69,6 +69,7 @@ def message_to_dict(msg: Message) -> dict[str, Any]:
         "kind": msg.kind.name.lower(),
         "codec": msg.codec.name.lower(),
         "reply": msg.reply,
+        "headers": msg.headers,
         "received_at": msg.received_at,
         "size": len(msg.data),
         "encoding": encoding,

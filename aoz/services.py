@@ -43,7 +43,15 @@ import anyio
 import anyio.abc
 
 from ._tasks import TaskOwner
-from .errors import AozError, ClosedError, EncodeError, ServiceError, WaitTimeout
+from .errors import (
+    AozError,
+    ClosedError,
+    EncodeError,
+    ServiceError,
+    UsageError,
+    UsageTypeError,
+    WaitTimeout,
+)
 from .message import ERROR_KEY, Message
 from .node import Node
 from .protocol.frames import Kind
@@ -86,9 +94,12 @@ class Service:
         queue: str | None = None,
     ) -> None:
         if not callable(handler):
-            raise AozError(f"the handler of service {name!r} must be callable, not {handler!r}")
+            raise UsageTypeError(
+                f"the handler of service {name!r} must be callable (an async or plain "
+                f"function), not {handler!r}"
+            )
         if max_concurrency < 1:
-            raise AozError("max_concurrency must be >= 1")
+            raise UsageError(f"max_concurrency must be >= 1, not {max_concurrency!r}")
         self.node = node
         self.name = name
         self.queue = queue

@@ -217,6 +217,10 @@ class Mailbox(Generic[T]):
     def _ended(self) -> BaseException:
         return self._error if self._error is not None else StopAsyncIteration()
 
+    async def get(self) -> T:
+        """The next item, waiting for one; raises when the mailbox has ended."""
+        return await self._get()
+
     async def _get(self) -> T:
         while True:
             if self._queue:

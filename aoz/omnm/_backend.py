@@ -15,14 +15,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from types import ModuleType
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
-from . import _codec
 from ._codec import MAX_DEPTH
+from ._codec import decode as _decode_py
+from ._codec import encode as _encode_py
 from ._model import FieldsLike, FieldType, Message
 
-__all__ = ["IMPLEMENTATION", "decode", "encode", "implementation", "select_backend"]
+__all__ = ["IMPLEMENTATION", "Backend", "decode", "encode", "implementation", "select_backend"]
 
 log = logging.getLogger("aoz.omnm")
 
@@ -37,6 +37,19 @@ _BUILT_IN_TYPES: Final = (
 )
 
 
+class Backend(NamedTuple):
+    """One twin's functions."""
+
+    name: Literal["compiled", "python"]
+    encode: Callable[[FieldsLike], bytes]
+    decode: Callable[[bytes | bytearray | memoryview], Message]
+    #: Message.__init__ for a list of ready Fields (None: the one in _model.py)
+    message_init: Callable[..., None] | None
+
+
+PURE: Final = Backend("python", _encode_py, _decode_py, None)
+
+
 def constants() -> dict[str, Any]:
     """The format's numbers that the compiled module has built in, from this source."""
     return {
@@ -46,39 +59,41 @@ def constants() -> dict[str, Any]:
     }
 
 
-def select_backend() -> ModuleType:
-    """The codec module to use: ``aoz.omnm._fast`` when it is built, current and wanted,
-    else ``aoz.omnm._codec``."""
+def select_backend() -> Backend:
+    """The twin to use: the compiled one (``aoz.omnm._fast``) when it is built, current
+    and wanted, else the pure one (``aoz.omnm._codec``)."""
     if os.environ.get("AOZ_PURE_PYTHON", "") not in ("", "0"):
         log.debug("omnm codec: pure Python (AOZ_PURE_PYTHON is set)")
-        return _codec
+        return PURE
     try:
-        from . import _fast  # type: ignore[attr-defined,unused-ignore]
+        from ._fast import ABI, CONSTANTS
     except ImportError as exc:
         log.debug("omnm codec: pure Python (the compiled module is not built: %s)", exc)
-        return _codec
+        return PURE
     except Exception as exc:  # built, but does not fit this source: never fail the import
         log.warning("aoz.omnm._fast does not load (%s: %s); using the pure-Python omnm codec",
                     type(exc).__name__, exc)
-        return _codec
-    if _fast.ABI != OMNM_ABI or constants() != _fast.CONSTANTS:
+        return PURE
+    if ABI != OMNM_ABI or constants() != CONSTANTS:
         log.warning("aoz.omnm._fast is out of date with this source tree (rebuild it with "
                     "`pip install -e .`); using the pure-Python omnm codec")
-        return _codec
-    log.debug("omnm codec: compiled (%s)", _fast.__file__)
-    return _fast
+        return PURE
+    from ._fast import decode as decode_c
+    from ._fast import encode as encode_c
+    from ._fast import message_init
+
+    log.debug("omnm codec: compiled")
+    return Backend("compiled", encode_c, decode_c, message_init)
 
 
 _backend: Final = select_backend()
 #: which omnm codec runs: "compiled" or "python"
-IMPLEMENTATION: Final[Literal["compiled", "python"]] = (
-    "python" if _backend is _codec else "compiled"
-)
+IMPLEMENTATION: Final[Literal["compiled", "python"]] = _backend.name
 encode: Final[Callable[[FieldsLike], bytes]] = _backend.encode
 decode: Final[Callable[[bytes | bytearray | memoryview], Message]] = _backend.decode
-if _backend is not _codec:
-    encode.__doc__ = _codec.encode.__doc__  # one documentation for both twins
-    decode.__doc__ = _codec.decode.__doc__
+if _backend.message_init is not None:
+    encode.__doc__ = _encode_py.__doc__  # one documentation for both twins
+    decode.__doc__ = _decode_py.__doc__
     # a Message of ready Fields, built per message to send, without a Python frame
     Message.__init__ = _backend.message_init  # type: ignore[method-assign]
 

@@ -60,8 +60,9 @@ from typing import Any, Final, Literal
 import msgspec
 
 from .. import omnm
-from ..errors import DecodeError
-from ..protocol.sequence import FLAG, HEADER_LEN, is_sequenced
+from ..errors import DecodeError, UsageTypeError
+from ..protocol.headers import data_start, is_aoz_flagged
+from ..protocol.sequence import FLAG
 from ..protocol.sequence import PACK as SEQ_PACK
 
 __all__ = [
@@ -149,7 +150,10 @@ def columns_for(types: Iterable[type[Any]]) -> tuple[Column, ...]:
     for tp in types:
         info = msgspec.inspect.type_info(tp)
         if not isinstance(info, msgspec.inspect.StructType):
-            raise TypeError(f"{tp!r} is not a msgspec.Struct type")
+            raise UsageTypeError(
+                f"{tp!r} is not a msgspec.Struct type; pass the Struct classes whose fields "
+                "become columns"
+            )
         if info.tag_field is not None and info.tag_field not in out:
             out[info.tag_field] = Column(info.tag_field, "string")
         for field in info.fields:
@@ -386,17 +390,19 @@ def build_tables(
     dec = _decoder(decoded)
     # aoz's sequence header (see above): flagged codec byte, publisher id, sequence
     firsts = [p[0] if p else 0 for p in payloads]
+    # where the body starts: after the flagged first byte, the sequence header and the
+    # header block (aoz.protocol.headers.data_start); 1 for unflagged or cut-short ones
     starts = [
-        HEADER_LEN if is_sequenced(f) and len(p) >= HEADER_LEN else 1
+        max(data_start(p, 0), 1) if is_aoz_flagged(f) else 1
         for f, p in zip(firsts, payloads, strict=True)
     ]
     sequenced = len(starts) - starts.count(1)
     if sequenced:
-        codecs = [f ^ FLAG if s > 1 else f for f, s in zip(firsts, starts, strict=True)]
+        codecs = [f & 3 if s > 1 else f for f, s in zip(firsts, starts, strict=True)]
         bodies = [p[s:] for p, s in zip(payloads, starts, strict=True)]
         heads = [
-            SEQ_PACK.unpack_from(p, 1) if s > 1 else (None, None)
-            for p, s in zip(payloads, starts, strict=True)
+            SEQ_PACK.unpack_from(p, 1) if s > 1 and f & FLAG else (None, None)
+            for p, f, s in zip(payloads, firsts, starts, strict=True)
         ]
         pub_ids, pub_seqs = (list(c) for c in zip(*heads, strict=True))
         hexes: dict[int | None, str | None] = {
