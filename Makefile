@@ -11,10 +11,10 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-# The compiled hot path (aoz/_speedups.pyx): pip's editable install builds it (and warns,
-# and goes on, where it cannot); this rebuilds it in place when its source has changed
-# (a no-op when it is current).
-$(BIN)/.speedups: $(BIN)/.installed aoz/_speedups.pyx setup.py
+# The compiled modules (aoz/_speedups.pyx, aoz/omnm/_fast.pyx): pip's editable install
+# builds them (and warns, and goes on, where it cannot); this rebuilds them in place when
+# their source has changed (a no-op when they are current).
+$(BIN)/.speedups: $(BIN)/.installed aoz/_speedups.pyx aoz/omnm/_fast.pyx setup.py
 	$(BIN)/python setup.py -q build_ext --inplace
 	rm -rf build
 	touch $@
@@ -49,4 +49,5 @@ wheel: $(BIN)/.installed
 	rm -rf build dist/raw
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache aoz/_speedups.c aoz/_speedups.*.so
+	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache aoz/_speedups.c aoz/_speedups.*.so \
+		aoz/omnm/_fast.c aoz/omnm/_fast.*.so

@@ -139,7 +139,7 @@ class Node:
         )
         self._plane = DataPlane(
             s, self._routes, self._interest, self._requests.on_reply, responder,
-            self._requests.inbox_filter, self._frames,
+            self._requests.inbox_filter, self._frames, self.uuid,
         )
         self._send = self._plane.send  # every publish goes through here (aoz.send)
         self._driver: Driver | None = None

@@ -29,7 +29,7 @@ async def static_pair() -> AsyncIterator[tuple[aoz.Node, aoz.Node]]:
 
 def pytest_report_header(config: pytest.Config) -> str:
     # CI runs the suite on each hot path (see the Makefile); say which this run is on
-    return f"aoz hot path: {aoz.hot_path()}"
+    return f"aoz hot path: {aoz.hot_path()}; omnm codec: {aoz.omnm.implementation()}"
 
 
 def pytest_configure(config: pytest.Config) -> None:
