@@ -154,12 +154,23 @@ def apply_data_options(pub: zmq.Socket[Any], sub: zmq.Socket[Any], s: Settings) 
       (:data:`SUBSCRIPTION_MAX`), the SUB at most ``max_message_size``.
     - The SUB stops retrying after a failed handshake; :class:`HandshakeGuard`
       retries with back-off.
+    - The SUB's send side is unbounded (``SNDHWM`` 0): what a SUB sends are its
+      subscriptions, and libzmq drops, without a word, those above the send
+      high-water mark -- in the burst of a subscribe loop and in the burst that
+      greets every publisher that connects later (all filters at once). A dropped
+      filter is a subscription that silently receives nothing. What that queue can
+      hold is bounded by the node itself: one message per filter per connected
+      publisher, plus the subscribe/unsubscribe calls made while a publisher does not
+      read (a frozen one; a reconnect discards that backlog and resends the current
+      filters only), a few hundred bytes each.
 
     >>> ctx = zmq.Context.instance()
     >>> pub, sub = ctx.socket(zmq.XPUB), ctx.socket(zmq.SUB)
     >>> apply_data_options(pub, sub, Settings())
     >>> sub.getsockopt(zmq.MAXMSGSIZE) == Settings().max_message_size
     True
+    >>> sub.getsockopt(zmq.SNDHWM)  # subscriptions are never dropped
+    0
     >>> pub.close(); sub.close()
     """
     linger = int(s.linger * 1000)
@@ -179,6 +190,7 @@ def apply_data_options(pub: zmq.Socket[Any], sub: zmq.Socket[Any], s: Settings) 
     if s.send_policy == "block":
         pub.setsockopt(zmq.XPUB_NODROP, 1)
     sub.setsockopt(zmq.RCVHWM, s.recv_hwm)
+    sub.setsockopt(zmq.SNDHWM, 0)
     sub.setsockopt(zmq.MAXMSGSIZE, s.max_message_size)
     sub.setsockopt(zmq.RECONNECT_IVL, _ms(s.reconnect_interval))
     sub.setsockopt(zmq.CONNECT_TIMEOUT, _CONNECT_TIMEOUT_MS)
