@@ -346,17 +346,17 @@ class DataPlane:
     ) -> None:
         """A sequenced frame that is not simply the next one of its subject's latest
         publisher: a first frame, another publisher, or a gap."""
-        missing = self.sequences.check(subject, publisher, seq)
+        missing = self.sequences.check(subject, publisher, seq, time.monotonic())
         if missing:
             msg.gap = missing
             self.lost += missing
             for s in subs:
                 s.upstream_loss(missing)
 
-    def reset_sequences(self) -> None:
-        """Forget every stream's last sequence (the subscriptions changed: a gap across
-        the change would be a subscription's absence, not a loss)."""
-        self.sequences.clear()
+    def forget_sequences(self, subjects: Iterable[bytes]) -> None:
+        """Forget the streams of subjects no subscription receives any more (a gap
+        across that absence would not be a loss); every other stream keeps counting."""
+        self.sequences.forget(subjects)
 
     def hold(self) -> None:
         """A subscription with ``overflow="block"`` is full: stop reading the data SUB

@@ -95,6 +95,9 @@ class NodeStatistics(msgspec.Struct, frozen=True, kw_only=True):
     subscriptions: list[SubscriptionStatistics]
     discovery: dict[str, int]
     hot_path: str  #: "compiled" or "python": which data-plane hot path runs (aoz.hot_path())
+    #: sequenced streams whose count restarted (seen again after the tracker evicted
+    #: them at its bound, or renumbered by their publisher): their gap is unknown
+    streams_restarted: int = 0
 
 
 class Node:
@@ -454,7 +457,10 @@ class Node:
 
     def _unsubscribe(self, sub: Subscription) -> None:
         self._routes.remove(sub.pattern, sub)
-        self._plane.reset_sequences()
+        # only the streams no other subscription still receives are forgotten
+        p, tracked = sub.pattern, self._plane.sequences.last_seen
+        candidates = [p.text.encode()] if p.kind == "exact" else list(tracked)
+        self._plane.forget_sequences(sb for sb in candidates if not self._routes.route(sb))
         if not self._closed:
             self._plane.remove_filter(sub.pattern.zmq_prefix)
 
@@ -667,6 +673,7 @@ class Node:
                                  key=lambda s: s.pattern),
             discovery=disc,
             hot_path=HOT_PATH,
+            streams_restarted=plane.sequences.restarted,
         )
 
     def __repr__(self) -> str:
