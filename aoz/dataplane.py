@@ -63,7 +63,12 @@ from .protocol.sequence import FLAG, HEADER_LEN, PACK, SequenceTracker
 from .protocol.subjects import MAX_SUBJECT
 from .routing import RoutingTable
 from .security import ZAP_ENDPOINT, keypair, zap_reply
-from .sockopts import DATA_MONITOR_EVENTS, HandshakeGuard, apply_data_options
+from .sockopts import (
+    DATA_MONITOR_EVENTS,
+    HandshakeGuard,
+    apply_data_options,
+    finish_disconnects,
+)
 from .subscription import Subscription
 
 __all__ = ["HOT_PATH", "DataPlane", "Entry", "Sender", "connectable"]
@@ -445,6 +450,9 @@ class DataPlane:
             self._socket_error(exc, "reading the data link monitor")
         if self._guard is not None:  # runs at least every second (the reader's safety)
             self._guard.tick(time.monotonic())
+        if self._holds and self._sub is not None:  # a held SUB is not read: see sockopts
+            finish_disconnects(self._sub)
+            self._kick(self._sub)
         return n
 
     def _drain_zap(self, sock: zmq.Socket[bytes]) -> int:

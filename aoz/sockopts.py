@@ -26,6 +26,16 @@ so that no socket that reads from the network is unbounded:
   oversized message would be cut off forever, and a hostile frame relayed by an OZ nsd
   would end a node's naming subscription. The guard notices the missing retry and
   connects such an endpoint again with the same back-off.
+- **Released endpoints** (zeromq/libzmq#4052): libzmq 4.3.5 finishes a ``disconnect``
+  -- and stops reconnecting to the released port -- only when the application next
+  calls into the socket (the pipe's termination handshake runs on commands the
+  socket processes then). A socket nobody calls (a data SUB held by a full
+  ``overflow="block"`` subscription, a naming PUB between beacons) keeps connecting
+  to the port for ever, and connects for good to whatever binds it next.
+  :func:`finish_disconnects` is that call; owners make it while such a socket is
+  idle. (``ZMQ_RECONNECT_STOP`` is accepted by the bundled 4.3.5, but its
+  ``CONN_REFUSED`` would also give up on a static peer that has not started yet, and
+  its ``AFTER_DISCONNECT`` reads an uninitialised flag in 4.3.5, zeromq/libzmq#4720.)
 - **CURVE** on the naming plane (``settings.naming_curve``): the same key model as the
   data plane (:mod:`aoz.security`); the nsd is the CURVE server.
 
@@ -55,6 +65,7 @@ __all__ = [
     "apply_curve_client",
     "apply_data_options",
     "apply_naming_options",
+    "finish_disconnects",
 ]
 
 log = logging.getLogger("aoz.sockopts")
@@ -128,6 +139,17 @@ def stop_reconnect_on_handshake_failure(sock: zmq.Socket[Any]) -> bool:
     except (AttributeError, zmq.ZMQError):
         return False
     return True
+
+
+def finish_disconnects(sock: zmq.Socket[Any]) -> None:
+    """Let libzmq finish the disconnects made on ``sock`` (see the module docstring).
+
+    Reading ``ZMQ_EVENTS`` processes the socket's pending commands and reads no
+    message. It may consume the socket's fd signal: a caller that reads the socket
+    from that fd re-runs its drain afterwards.
+    """
+    if not sock.closed:
+        sock.getsockopt(zmq.EVENTS)
 
 
 def apply_data_options(pub: zmq.Socket[Any], sub: zmq.Socket[Any], s: Settings) -> None:

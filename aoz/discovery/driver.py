@@ -36,7 +36,13 @@ from zmq.utils.monitor import parse_monitor_message
 from ..config import Settings
 from ..errors import DecodeError, NamingTimeout, TransportError
 from ..protocol.naming import NamingType, decode_naming, encode_naming
-from ..sockopts import GUARD_EVENTS, HANDSHAKE_FAILED, HandshakeGuard, apply_naming_options
+from ..sockopts import (
+    GUARD_EVENTS,
+    HANDSHAKE_FAILED,
+    HandshakeGuard,
+    apply_naming_options,
+    finish_disconnects,
+)
 from .peers import Peer, PeerEvent
 from .state import (
     Action,
@@ -266,6 +272,8 @@ class NamingDriver(DriverCore):
             except (zmq.ZMQError, ValueError, KeyError) as exc:  # closed, or a bad event
                 log.debug("naming monitor: %s", exc)
             guard.tick(now)
+        if self._pub is not None:  # only sent on now and then: see sockopts
+            finish_disconnects(self._pub)
 
     def _wanted_naming(self, is_sub: bool) -> Callable[[str], bool]:
         if is_sub:
