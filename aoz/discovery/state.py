@@ -19,16 +19,21 @@ Phases::
 - ``welcome(xsub, now)``: an nsd told us where its XSUB is. A new XSUB endpoint
   (first contact, a second nsd, or an nsd that restarted) -> ``ConnectNamingPub``
   and ``C`` every ``connect_interval`` until we hear our own ``C``/``c`` again.
-- ``subscription_connected(now)``: the naming SUB has just (re)connected to an nsd, so
-  the nsd's welcome is on its way: the next ``W`` received within ``welcome_window``
-  seconds is believed. A ``W`` arriving any other time is counted
-  (``welcomes_refused``) and ignored -- anyone who can publish into an nsd can send
-  one, and believing it would point our naming PUB at their endpoint.
+- A ``W`` is believed only as the *first frame of a naming connection* (the driver
+  says so with ``received(frame, now, first=True)``): an nsd writes its welcome
+  into a new connection before anything else, and anything it relays comes after.
+  Any other ``W`` is counted (``welcomes_refused``), ignored, and answered with
+  ``DropNamingConnection``: the connection it came on is closed and opened afresh,
+  so a real nsd that restarted (its new welcome arriving on an old connection)
+  welcomes us again as the first frame of the new one. Anyone who can publish into
+  an nsd can send a ``W``, and believing it would point our naming PUB at their
+  endpoint; no window of time is trusted, so a flood of forged ``W`` cannot race an
+  nsd's restart.
 - ``received(frame, now)``: ``C``/``c`` from an unknown uuid (ours included) ->
   ``ConnectData`` + ``PeerJoined`` + one ``C`` of ours so late joiners learn about
   us; a known uuid only refreshes ``last_seen`` (several nsds deliver duplicates).
   ``D`` -> ``DisconnectData`` + ``PeerLeft`` (but see *goodbyes* below). ``W`` is
-  handled as ``welcome`` when a ``subscription_connected`` vouches for it.
+  handled as ``welcome`` when it is the first frame of its connection (above).
 - ``tick(now)``: repeats ``C`` while announcing, fails at the deadline, sends
   beacons ``c`` every ``beacon_interval`` (0 = none) and expires dead peers.
 - ``link_state(endpoint, up, now)``: what the node's data SUB monitor says about a
@@ -93,6 +98,7 @@ __all__ = [
     "ConnectData",
     "ConnectNamingPub",
     "DisconnectData",
+    "DropNamingConnection",
     "Failed",
     "NamingState",
     "PeerExpired",
@@ -119,6 +125,12 @@ class SendNaming:
     """Send our own naming frame of this type (see :meth:`NamingState.frame`)."""
 
     type: NamingType
+
+
+@dataclass(frozen=True, slots=True)
+class DropNamingConnection:
+    """Close the naming connection that delivered this frame and open it afresh (it
+    delivered a ``W`` that was not its first frame)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +177,7 @@ class Failed:
 
 Action: TypeAlias = (
     ConnectNamingPub
+    | DropNamingConnection
     | SendNaming
     | ConnectData
     | DisconnectData
@@ -239,7 +252,6 @@ class NamingState:
         expire_beacons: int = 3,
         require_welcome: bool = True,
         wall_offset: float = 0.0,
-        welcome_window: float = 5.0,
     ) -> None:
         self.uuid = uuid
         self.endpoint = endpoint
@@ -252,10 +264,7 @@ class NamingState:
         self.expire_beacons = expire_beacons
         self.require_welcome = require_welcome
         self.wall_offset = wall_offset
-        self.welcome_window = welcome_window
         self.phase = Phase.IDLE
-        # deadlines of the welcomes vouched for by subscription_connected()
-        self._welcome_due: list[float] = []
         self._counters = _Counters()
         self._peers: dict[str, _Entry] = {}
         self._by_endpoint: dict[str, str] = {}  # data endpoint -> uuid holding it
@@ -339,18 +348,14 @@ class NamingState:
         if xsub_endpoint in self._xsubs:
             self._xsubs.remove(xsub_endpoint)
 
-    def subscription_connected(self, now: float) -> list[Action]:
-        """The naming SUB (re)connected to an nsd: believe the next ``W`` (one per call)."""
-        self._welcome_due.append(now + self.welcome_window)
-        return []
-
-    def received(self, frame: NamingFrame, now: float) -> list[Action]:
-        """A naming frame arrived (already decoded)."""
+    def received(self, frame: NamingFrame, now: float, *, first: bool = False) -> list[Action]:
+        """A naming frame arrived (already decoded); ``first``: it is the first frame of
+        the naming connection it came on (only such a ``W`` is believed)."""
         if self.phase in (Phase.IDLE, Phase.FAILED, Phase.STOPPED):
             return []
         self._counters.add("naming_in")
         if frame.type is NamingType.WELCOME:
-            return self._received_welcome(frame, now)
+            return self._received_welcome(frame, now, first)
         if not is_uuid(frame.uuid) or not is_tcp_endpoint(frame.endpoint):
             self._counters.add("naming_malformed")
             return []
@@ -410,16 +415,12 @@ class NamingState:
 
     # ---------------------------------------------------------------- internals
 
-    def _received_welcome(self, frame: NamingFrame, now: float) -> list[Action]:
+    def _received_welcome(self, frame: NamingFrame, now: float, first: bool) -> list[Action]:
         if not self.require_welcome:
             return self.welcome(frame.endpoint, now)  # counted as malformed there
-        due = self._welcome_due
-        while due and due[0] < now:
-            due.pop(0)  # a connection whose welcome never came (not an nsd?)
-        if not due:
+        if not first:
             self._counters.add("welcomes_refused")
-            return []
-        due.pop(0)
+            return [DropNamingConnection()]
         return self.welcome(frame.endpoint, now)
 
     def _begin_announcing(self, now: float) -> list[Action]:
