@@ -36,13 +36,24 @@ Phases::
   handled as ``welcome`` when it is the first frame of its connection (above).
 - ``tick(now)``: repeats ``C`` while announcing, fails at the deadline, sends
   beacons ``c`` every ``beacon_interval`` (0 = none) and expires dead peers.
-- ``link_state(endpoint, up, now)``: what the node's data SUB monitor says about a
-  peer's link. A peer (never ourselves) whose link is down and that has been silent
-  -- no ``C``/``c`` and no live link -- for ``expire_window`` seconds is expired
-  (``DisconnectData`` + ``PeerExpired``). ``expire_window`` is
-  ``expire_beacons x beacon_interval``, or ``expire_beacons x 1 s`` with beacons off
-  (then only the link state can tell, so a peer whose link was never seen up is
-  kept: OZ itself never forgets a peer).
+- ``link_state(endpoint, up, now)``: what the node's data link says about a peer
+  (both directions, :mod:`aoz.liveness`). The link is the evidence, beacons are not
+  (anyone who can reach an nsd can replay a dead peer's beacons): a peer (never
+  ourselves) whose link is down is expired (``DisconnectData`` + ``PeerExpired``)
+  once ``expire_window`` seconds have passed since its link was last seen up -- or
+  since it joined, if it never came up -- whatever ``C``/``c`` say. **Bound:** a
+  dead peer is listed at most ``expire_window`` plus the driver's link-check period
+  (<= 0.5 s) after its link went down: 3.5 s with the defaults.
+  ``expire_window`` is ``expire_beacons x beacon_interval``, or ``expire_beacons x
+  1 s`` with beacons off (then a peer whose link was never seen up is kept, as OZ
+  keeps every peer: there is no evidence either way).
+- A peer expired that way is not listed again by an announcement alone: its
+  ``C``/``c`` starts a *probe* (``ConnectData``, no ``PeerJoined``), and it is
+  listed again (``PeerJoined``) when its link comes up; a probe whose link stays down
+  for ``expire_window`` is disconnected, and the next one waits twice as long
+  (``expire_window``, x2, ... at most 60 s), so replayed beacons cost at most one
+  short connection attempt a minute. At most 4,096 such peers are remembered
+  (oldest forgotten first).
 - ``stop()``: ``D`` once, then every input is ignored.
 
 Hostile or malformed input (an endpoint that is not ``tcp://host:port``, a uuid that
@@ -109,6 +120,11 @@ __all__ = [
     "SendNaming",
 ]
 
+
+#: peers expired on link evidence that are remembered (their beacons then only probe)
+_EXPIRED_MAX = 4096
+#: longest wait between two probes of such a peer's link, seconds
+_PROBE_MAX = 60.0
 
 # ---------------------------------------------------------------- actions
 
@@ -204,6 +220,18 @@ class _Entry:
     link_seen: float | None = None  # last time the data link was reported up
     link_up: bool = False
     leaving: float | None = None  # when a D arrived while the link was up
+    joined: float = 0.0  # when it was listed
+
+
+@dataclass(slots=True)
+class _Expired:
+    """A peer expired on its link's evidence: only its link coming up lists it again."""
+
+    endpoint: str
+    next_probe: float  # no probe before this
+    delay: float  # wait after the next failed probe
+    probe_since: float | None = None  # a probe (a data connection attempt) is running
+    frame: NamingFrame | None = None  # its announcement, to list it when its link is up
 
 
 @dataclass(slots=True)
@@ -221,6 +249,7 @@ class _Counters:
                 "peers_joined",
                 "peers_left",
                 "peers_expired",
+                "probes",
             ),
             0,
         )
@@ -268,6 +297,7 @@ class NamingState:
         self._counters = _Counters()
         self._peers: dict[str, _Entry] = {}
         self._by_endpoint: dict[str, str] = {}  # data endpoint -> uuid holding it
+        self._expired: dict[str, _Expired] = {}  # uuid -> peers expired on link evidence
         self._xsubs: list[str] = []
         self._deadline = 0.0
         # re-announce C until our own C/c comes back (after start and each new welcome)
@@ -303,8 +333,11 @@ class NamingState:
         return self.expire_beacons * interval
 
     def peer_endpoints(self) -> list[str]:
-        """Data endpoints of the peers whose link state the driver should report."""
-        return [e.peer.endpoint for u, e in self._peers.items() if u != self.uuid]
+        """Data endpoints of the peers (and probes) whose link state the driver should
+        report."""
+        out = [e.peer.endpoint for u, e in self._peers.items() if u != self.uuid]
+        out.extend(x.endpoint for x in self._expired.values() if x.probe_since is not None)
+        return out
 
     def knows_endpoint(self, endpoint: str) -> bool:
         """Whether a known peer (or this node) holds ``endpoint``."""
@@ -393,7 +426,11 @@ class NamingState:
     def link_state(self, endpoint: str, up: bool, now: float) -> list[Action]:
         """The data SUB's link to ``endpoint`` is (``up``) or is not connected."""
         uuid = self._by_endpoint.get(endpoint)
-        if uuid is None or uuid == self.uuid or self.phase is not Phase.READY:
+        if self.phase is not Phase.READY:
+            return []
+        if uuid is None:
+            return self._probed(endpoint, up, now)
+        if uuid == self.uuid:
             return []
         entry = self._peers[uuid]
         entry.link_up = up
@@ -461,6 +498,9 @@ class NamingState:
         if not own and frame.endpoint == self.endpoint:
             self._counters.add("naming_conflicts")  # our endpoint is ours while we run
             return out
+        expired = self._expired.get(frame.uuid)
+        if expired is not None and expired.endpoint == frame.endpoint:
+            return self._probe(expired, frame, now)
         # a new uuid; a previous holder of the same endpoint that looks dead (a
         # process that died without D, whose port was reused) is superseded
         previous = self._by_endpoint.get(frame.endpoint)
@@ -472,19 +512,59 @@ class NamingState:
             old = self._peers.pop(previous)
             self._counters.add("peers_expired")
             out.append(PeerExpired(old.peer))
-        peer = self._peer(frame, now)
-        self._peers[frame.uuid] = _Entry(peer=peer, seen=now)
-        self._by_endpoint[frame.endpoint] = frame.uuid
-        self._counters.add("peers_joined")
+        self._expired.pop(frame.uuid, None)
         out.append(ConnectData(frame.endpoint))
-        out.append(PeerJoined(peer))
+        out.extend(self._list(frame, now))
         # tell the newcomer about us (OZ's late-joiner rule); our own first C
         # needs no echo
-        if not own:
-            out.append(SendNaming(NamingType.CONNECT))
-        else:
+        if own:
             out.extend(self._heard_own(now))
         return out
+
+    def _list(self, frame: NamingFrame, now: float) -> list[Action]:
+        """Record a peer; tell it about us (OZ's late-joiner rule; our own first C
+        needs no echo)."""
+        peer = self._peer(frame, now)
+        self._peers[frame.uuid] = _Entry(peer=peer, seen=now, joined=now)
+        self._by_endpoint[frame.endpoint] = frame.uuid
+        self._counters.add("peers_joined")
+        out: list[Action] = [PeerJoined(peer)]
+        if frame.uuid != self.uuid:
+            out.append(SendNaming(NamingType.CONNECT))
+        return out
+
+    def _probe(self, x: _Expired, frame: NamingFrame, now: float) -> list[Action]:
+        """An announcement from a peer expired on link evidence: try its link (at most
+        one probe at a time, spaced by a doubling delay), list it only if it comes up."""
+        x.frame = frame
+        if x.probe_since is not None or now < x.next_probe:
+            return []
+        if frame.endpoint in self._by_endpoint:
+            return []  # someone else holds that endpoint now
+        x.probe_since = now
+        self._counters.add("probes")
+        return [ConnectData(frame.endpoint)]
+
+    def _probed(self, endpoint: str, up: bool, now: float) -> list[Action]:
+        """Link state of an endpoint that no listed peer holds: a probe's outcome."""
+        probes = self._expired.items()
+        found = next(((u, x) for u, x in probes if x.endpoint == endpoint and x.probe_since), None)
+        if found is None:
+            return []
+        uuid, x = found
+        assert x.probe_since is not None
+        if up and x.frame is not None:  # it is alive after all: list it again
+            del self._expired[uuid]
+            out = self._list(x.frame, now)
+            self._peers[uuid].link_up = True
+            self._peers[uuid].link_seen = now
+            return out
+        if now - x.probe_since > self.expire_window:
+            x.probe_since = None
+            x.next_probe = now + x.delay
+            x.delay = min(2 * x.delay, _PROBE_MAX)
+            return [DisconnectData(endpoint)]
+        return []
 
     def _heard_own(self, now: float) -> list[Action]:
         self._announce = False
@@ -533,7 +613,19 @@ class NamingState:
                 continue
             if not beacons and entry.link_seen is None:
                 continue  # beacons off and the link was never up: no evidence either way
-            last = max(entry.seen, entry.link_seen or entry.seen)
+            # the link's evidence, not the beacons' (which anyone can replay)
+            last = entry.joined if entry.link_seen is None else entry.link_seen
             if now - last > window:
                 out.extend(self._forget(uuid, PeerExpired(entry.peer), "peers_expired"))
+                self._remember_expired(uuid, entry.peer.endpoint, now)
+        if only is None:
+            for x in self._expired.values():  # probes whose link never came up
+                if x.probe_since is not None and now - x.probe_since > window:
+                    out.extend(self._probed(x.endpoint, False, now))
         return out
+
+    def _remember_expired(self, uuid: str, endpoint: str, now: float) -> None:
+        if len(self._expired) >= _EXPIRED_MAX:
+            del self._expired[next(iter(self._expired))]
+        window = self.expire_window
+        self._expired[uuid] = _Expired(endpoint, next_probe=now, delay=window)
