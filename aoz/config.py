@@ -26,6 +26,7 @@ Example file (TOML)::
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -104,6 +105,13 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     curve_public: str | None = None
     curve_secret: str | None = None
     curve_allow: list[str] | None = None
+    #: the same, read from ``aoz keygen``'s files (``PREFIX.key`` holds a secret key,
+    #: whose public key is derived; an allow file holds public keys, one a line): set
+    #: ``curve_server_public``/``curve_server_secret``, ``curve_public``/``curve_secret``
+    #: and ``curve_allow`` when those are not given
+    curve_server_secret_file: str | None = None
+    curve_secret_file: str | None = None
+    curve_allow_file: str | None = None
     #: CURVE on the naming plane too (the nsd is the CURVE server with the mesh keypair
     #: and allows ``curve_allow``); needs ``curve_public``/``curve_secret`` listed there.
     #: Such a node cannot use an OZ nsd, and OZ programs cannot join its mesh.
@@ -240,6 +248,22 @@ def _infer_mode(values: dict[str, Any]) -> None:
         values["mode"] = "static"
 
 
+def _read_key_files(values: dict[str, Any]) -> None:
+    """Fill the CURVE keys from the ``curve_*_file`` settings (aoz keygen's files)."""
+    from .security import public_key, read_key, read_keys
+
+    for field, public, secret in (("curve_server_secret_file", "curve_server_public",
+                                   "curve_server_secret"),
+                                  ("curve_secret_file", "curve_public", "curve_secret")):
+        path = values.get(field)
+        if path and values.get(secret) is None:
+            values[secret] = read_key(path)
+            values.setdefault(public, public_key(values[secret]))
+    path = values.get("curve_allow_file")
+    if path and values.get("curve_allow") is None:
+        values["curve_allow"] = read_keys(path)
+
+
 def load_settings(
     overrides: Mapping[str, Any] | None = None,
     *,
@@ -260,9 +284,14 @@ def load_settings(
     cfg = config if config is not None else env.get("AOZ_CONFIG")
     if cfg:
         values.update(_from_file(cfg))
-    values.update(_from_environ(env))
+    from_env = _from_environ(env)
+    values.update(from_env)
     if overrides:
         values.update({k: v for k, v in overrides.items() if v is not None})
+    # where each value came from, for an error message that names it
+    sources = {k: f"config file {cfg}" for k in values} if cfg else {}
+    sources.update({k: f"environment variable AOZ_{k.upper()}" for k in from_env})
+    sources.update({k: f"keyword {k}=" for k, v in (overrides or {}).items() if v is not None})
     unknown = sorted(set(values) - set(Settings.__struct_fields__))
     if unknown:
         raise ConfigError(
@@ -273,7 +302,12 @@ def load_settings(
         if isinstance(values.get(name), str):
             values[name] = [values[name]]
     _infer_mode(values)
+    _read_key_files(values)
     try:
         return msgspec.convert(values, Settings, strict=False)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"invalid setting: {exc}") from exc
+        # msgspec names the field as `$.name`; Settings' own checks start with it
+        field = re.search(r"\$\.(\w+)", str(exc)) or re.match(r"(\w+)", str(exc))
+        source = sources.get(field.group(1)) if field else None
+        where = f" (from {source})" if source else ""
+        raise ConfigError(f"invalid setting{where}: {exc}") from exc

@@ -39,11 +39,10 @@ def data_start(frame: bytes, start: int) -> int:
     """
     if len(frame) > start:
         first = frame[start]
-        if first & FLAG:
-            if first & ~FLAG < _KNOWN_IDS and len(frame) >= start + HEADER_LEN:
-                return start + HEADER_LEN
-        elif first < _KNOWN_IDS:
+        if first < _KNOWN_IDS:
             return start + 1
+        if first ^ FLAG < _KNOWN_IDS and len(frame) >= start + HEADER_LEN:
+            return start + HEADER_LEN
     return start
 
 
@@ -73,6 +72,10 @@ class WeakResponder:
                               "answered")
         return node.respond_to(handle, data, codec)
 
+
+#: the key of an error reply: the msgpack map ``{"aoz.error": "<type>: <message>"}``
+ERROR_KEY = "aoz.error"
+_ERROR_MARK = b"\xa9" + ERROR_KEY.encode()  # the key as msgpack writes it (fixstr 9)
 
 # payload ids below this are aoz codecs (see aoz.protocol.codecs.Codec)
 _KNOWN_IDS = AOZ_CODEC_IDS  # omnm ('O') and foreign payloads have no aoz byte
@@ -130,7 +133,7 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False, gc=False):
     def _split(self) -> tuple[Codec, bytes]:
         if self._sequenced():
             f, st = self._frame, self._start
-            return split_payload(bytes((f[st] & ~FLAG,)) + f[st + HEADER_LEN :])
+            return split_payload(bytes((f[st] ^ FLAG,)) + f[st + HEADER_LEN :])
         return split_payload(self.payload)
 
     @property
@@ -159,6 +162,20 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False, gc=False):
     def frame(self) -> bytes:
         """The complete ZeroMQ frame (SPEC §1 layout)."""
         return self._frame
+
+    @property
+    def error(self) -> str | None:
+        """For a reply that reports a failure (a service's handler raised): the remote
+        error, ``"<type>: <message>"``; ``None`` for any other message. The request
+        APIs raise :class:`aoz.ServiceError` for such replies."""
+        if self.kind is not Kind.REPLY or _ERROR_MARK not in self._frame[self._data :][:16]:
+            return None  # the cheap test: an error reply is a one-key msgpack map
+        try:
+            value = self.decode()
+        except AozError:
+            return None
+        remote = value.get(ERROR_KEY) if isinstance(value, dict) and len(value) == 1 else None
+        return remote if isinstance(remote, str) else None
 
     @overload
     def decode(self, type: None = None) -> Any: ...

@@ -43,8 +43,8 @@ import anyio
 import anyio.abc
 
 from ._tasks import TaskOwner
-from .errors import AozError, ClosedError, EncodeError, ServiceError
-from .message import Message
+from .errors import AozError, ClosedError, EncodeError, ServiceError, WaitTimeout
+from .message import ERROR_KEY, Message
 from .node import Node
 from .protocol.frames import Kind
 
@@ -53,7 +53,6 @@ __all__ = ["Handler", "Service", "call", "check_reply", "serve", "wait_for_servi
 log = logging.getLogger("aoz.services")
 
 Handler = Callable[[Message], Awaitable[Any]] | Callable[[Message], Any]
-ERROR_KEY = "aoz.error"
 
 
 def _is_async(handler: Any) -> bool:
@@ -204,9 +203,15 @@ def serve(
 
 
 async def wait_for_service(node: Node, name: str, timeout: float = 5.0) -> None:
-    """Wait until some node in the mesh offers service ``name``
-    (:class:`aoz.WaitTimeout` otherwise)."""
-    await node.wait_for_interest(name, timeout=timeout)
+    """Wait until some node in the mesh offers service ``name``, on its own or in a
+    queue group (:class:`aoz.WaitTimeout` otherwise)."""
+    from .queues import wait_for_receivers
+
+    if not await wait_for_receivers(node, name, timeout, responders=True):
+        raise WaitTimeout(
+            f"no service {name!r} (nor a queue group serving it) reached this node within "
+            f"{timeout} s", timeout=timeout,
+        )
 
 
 def check_reply(reply: Message, name: str) -> Message:
@@ -216,15 +221,9 @@ def check_reply(reply: Message, name: str) -> Message:
 
     >>> reply = aoz.check_reply(await node.request("SVC.add", [1, 2]), "SVC.add")  # doctest: +SKIP
     """
-    data = reply.data
-    # cheap pre-check: an error reply is a small msgpack map holding the key
-    if ERROR_KEY.encode() in data[:32]:
-        try:
-            value = reply.decode()
-        except AozError:
-            return reply
-        if isinstance(value, dict) and set(value) == {ERROR_KEY}:
-            raise ServiceError(f"service {name!r} failed: {value[ERROR_KEY]}", service=name)
+    remote = reply.error
+    if remote is not None:
+        raise ServiceError.from_reply(name, remote)
     return reply
 
 

@@ -18,7 +18,8 @@ from fastapi import FastAPI, WebSocket
 import aoz
 from aoz.fastapi import EXCEPTION_HANDLERS, NodeDep, lifespan, relay
 
-# EXCEPTION_HANDLERS: no quote service -> 503, a service that does not answer -> 504
+# EXCEPTION_HANDLERS: no quote service -> 503, a service that does not answer -> 504,
+# a service whose handler failed -> 502 (its error is logged, not sent to the client)
 app = FastAPI(
     title="aoz example",
     lifespan=lifespan(program="fastapi-example"),

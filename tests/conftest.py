@@ -18,7 +18,7 @@ async def static_pair() -> AsyncIterator[tuple[aoz.Node, aoz.Node]]:
         b = await stack.enter_async_context(
             aoz.connect(bind=["tcp://127.0.0.1:*"], connect=[a.endpoint])
         )
-        a.connect_peer(b.endpoint)
+        a.connect_endpoint(b.endpoint)
         yield a, b
 
 

@@ -368,13 +368,19 @@ def register(app: typer.Typer) -> None:
             own_signals=True,
         )  # fmt: skip
 
+    # The demo lives in a clone of the repository (examples/), not in the wheel: listed
+    # in `aoz --help` only where it can run; elsewhere `aoz demo` says where to get it.
+    in_clone = (Path.cwd() / "examples" / "marketdata" / "demo.py").is_file()
+
     @app.command(
         "demo",
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
         add_help_option=False,
+        hidden=not in_clone,
     )
     def _demo(ctx: typer.Context) -> None:
-        """Run the self-contained market-data demo (nsd, feed, subscribers, recorder)."""
+        """Run the market-data demo of a repository clone (nsd, feed, subscribers,
+        recorder, Spark bars)."""
         from .._examples import run_demo
 
         code = run_demo(list(ctx.args))

@@ -147,9 +147,8 @@ async def pub(
     # a one-shot publisher waits for room at a full subscriber queue instead of dropping
     conn = {"send_policy": "block", **conn} if not os.environ.get("AOZ_SEND_POLICY") else conn
     async with c.open_node(conn) as node:
-        if not await queues.wait_for_receivers(node, subject, wait):
-            c.info(f"warning: no subscriber for {subject!r} after {wait} s")
-        else:  # every subscriber, not just the first whose subscription arrived
+        if await queues.wait_for_receivers(node, subject, wait):
+            # every subscriber, not just the first whose subscription arrived
             await c.wait_for_mesh(node, wait)
         bar = (
             progress_bar(total, f"Publishing to {subject}")
@@ -181,10 +180,12 @@ async def pub(
             if bar is not None:
                 bar.stop()
         dropped += node.statistics().dropped_out
-        if not quiet:
-            c.info(f"Published {total} message(s) to {subject!r}")
+        # one line that says what happened: nothing is "published" that nobody received
+        if not quiet and dropped < total:
+            c.info(f"Published {total - dropped} message(s) to {subject!r}")
     if dropped:
-        c.error(f"{dropped} of {total} message(s) had no subscriber and were dropped")
+        c.error(f"{dropped} of {total} message(s) had no subscriber for {subject!r} "
+                f"(waited {wait} s) and were dropped")
         return 1
     return 0
 

@@ -8,7 +8,7 @@ import typer
 
 import aoz.cli._common as c
 
-from ..errors import DecodeError, EncodeError, NoResponders, RequestTimeout
+from ..errors import DecodeError, EncodeError, NoResponders, RequestTimeout, ServiceError
 from ..message import Message
 from ..protocol import codecs
 from ..protocol.codecs import Codec
@@ -48,7 +48,8 @@ async def req(
     replies: int = 1,
     count: int = 1,
 ) -> int:
-    """Send requests and print the replies. 1 when none came in time, 2 when nobody listens."""
+    """Send requests and print the replies. 1 when none came in time, 2 when nobody
+    listens, 3 when a responder answered with an error."""
     from .. import queues
 
     c.check_subject(subject, "req")
@@ -79,6 +80,9 @@ async def req(
             except RequestTimeout:
                 c.error(f"no reply on {subject!r} within {timeout} s")
                 return 1
+            except ServiceError as exc:
+                c.error(str(exc))
+                return 3
             if replies == 1:
                 _print_reply(got[0], start, raw=raw, as_json=as_json)
             elif not got:

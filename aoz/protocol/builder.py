@@ -52,8 +52,8 @@ class _Entry:
 class FrameBuilder:
     """Builds publish, request and reply frames (see the module docstring)."""
 
-    __slots__ = ("_entries", "_entry", "_headers", "_pid", "_seqs", "cache_max",
-                 "default_codec", "publisher")
+    __slots__ = ("_entry", "_headers", "_pid", "_seqs", "cache_max", "default_codec",
+                 "entries", "publisher")
 
     def __init__(
         self,
@@ -72,7 +72,8 @@ class FrameBuilder:
         self.publisher = publisher
         self._pid = b"" if publisher is None else _U64(publisher)
         self._headers: dict[str, bytes] = {}
-        self._entries: dict[str, _Entry] = {}
+        #: subject -> its cached prefixes and sequence number (the compiled Sender reads them)
+        self.entries: dict[str, _Entry] = {}
         # the numbers of subjects whose entry the cache let go (never forgotten)
         self._seqs: dict[str, int] = {}
 
@@ -95,10 +96,10 @@ class FrameBuilder:
             if len(self._headers) >= self.cache_max:
                 self._headers.clear()
                 seqs = self._seqs
-                for name, e in self._entries.items():
+                for name, e in self.entries.items():
                     if e.seq:
                         seqs[name] = e.seq
-                self._entries.clear()  # cleared in place: the compiled Sender holds it
+                self.entries.clear()  # cleared in place: the compiled Sender holds it
             self._headers[subject] = h
         return h
 
@@ -107,11 +108,11 @@ class FrameBuilder:
 
     def publish(self, subject: str, data: object, codec: Codec | None = None) -> bytes:
         """A publish frame; ``bytes`` go raw, ``str`` as text, the rest msgpack/JSON."""
-        e = self._entries.get(subject)
+        e = self.entries.get(subject)
         if e is None:
             header = self.header(subject)
             raw = header + (b"\0" if self.publisher is None else bytes((FLAG,)) + self._pid)
-            e = self._entries[subject] = self._entry(header, raw)
+            e = self.entries[subject] = self._entry(header, raw)
             if self._seqs:
                 e.seq = self._seqs.pop(subject, 0)
         if self.publisher is None:
@@ -123,7 +124,7 @@ class FrameBuilder:
             return e.prefix + _U32(e.seq & _SEQ_WRAP) + data
         seq = e.seq & _SEQ_WRAP
         body = encode_payload(data, codec, default=self.default_codec)
-        if not body or body[0] & FLAG or body[0] >= _AOZ_CODECS or type(data) is Verbatim:
+        if not body or body[0] >= _AOZ_CODECS or type(data) is Verbatim:
             e.seq -= 1  # a foreign payload (omnm...) goes out as it is
             return e.header + body
         return b"".join((e.header, bytes((body[0] | FLAG,)), self._pid, _U32(seq), body[1:]))
@@ -133,19 +134,19 @@ class FrameBuilder:
     ) -> list[bytes]:
         """The publish frames of every item; if one cannot be encoded, the error is
         raised and the subject's sequence is left as it was (nothing was numbered)."""
-        e = self._entries.get(subject)
+        e = self.entries.get(subject)
         start = self._seqs.get(subject, 0) if e is None else e.seq
         try:
             return [self.publish(subject, data, codec) for data in items]
         except BaseException:
-            e = self._entries.get(subject)
+            e = self.entries.get(subject)
             if e is not None:
                 e.seq = start
             raise
 
     def rewind(self, subject: str) -> None:
         """The last frame built for ``subject`` was not sent: reuse its sequence number."""
-        e = self._entries.get(subject)
+        e = self.entries.get(subject)
         if e is not None and self.publisher is not None:
             e.seq -= 1
 

@@ -69,7 +69,7 @@ import msgspec
 
 from .. import omnm
 from ..errors import DecodeError
-from ..protocol.sequence import FLAG, HEADER_LEN
+from ..protocol.sequence import FLAG, HEADER_LEN, is_sequenced
 from ..protocol.sequence import PACK as SEQ_PACK
 
 __all__ = [
@@ -393,12 +393,12 @@ def build_tables(
     # aoz's sequence header (see above): flagged codec byte, publisher id, sequence
     firsts = [p[0] if p else 0 for p in payloads]
     starts = [
-        HEADER_LEN if f & FLAG and f & ~FLAG <= 3 and len(p) >= HEADER_LEN else 1
+        HEADER_LEN if is_sequenced(f) and len(p) >= HEADER_LEN else 1
         for f, p in zip(firsts, payloads, strict=True)
     ]
     sequenced = len(starts) - starts.count(1)
     if sequenced:
-        codecs = [f & ~FLAG if s > 1 else f for f, s in zip(firsts, starts, strict=True)]
+        codecs = [f ^ FLAG if s > 1 else f for f, s in zip(firsts, starts, strict=True)]
         bodies = [p[s:] for p, s in zip(payloads, starts, strict=True)]
         heads = [
             SEQ_PACK.unpack_from(p, 1) if s > 1 else (None, None)

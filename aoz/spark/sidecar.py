@@ -53,6 +53,7 @@ import zmq.asyncio
 
 from .._tasks import TaskOwner
 from ..errors import AozError, ConfigError, TransportError, WaitTimeout
+from ..protocol.codecs import AOZ_CODEC_IDS
 from ..protocol.frames import publish_header
 from ..protocol.subjects import is_reserved, subject_bytes
 
@@ -124,7 +125,9 @@ def decode_chunk(parts: list[bytes], headers: dict[str, bytes]) -> list[bytes]:
         codec, subjects = _TABLE.decode(table)
     except (msgspec.DecodeError, RecursionError) as exc:  # nesting is input too
         raise ChunkError(f"bad subject table: {exc}") from None
-    if not 0 <= codec <= 255 or len(index_raw) % 2 or len(offsets_raw) % 4:
+    # only aoz's own codec ids (0..3): a payload's first byte must stay OZ-safe
+    # (aoz.protocol.sequence, "the OZ-safe first-byte rule")
+    if not 0 <= codec < AOZ_CODEC_IDS or len(index_raw) % 2 or len(offsets_raw) % 4:
         raise ChunkError("bad codec, index or offsets")
     heads = []
     tail = b"\0" + bytes([codec])

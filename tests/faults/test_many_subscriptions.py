@@ -82,10 +82,10 @@ async def test_ten_thousand_subscriptions_reach_early_and_late_publishers() -> N
             await sub.wait_for_interest("SVC.late", timeout=10, responders=True)
             with anyio.fail_after(10):
                 for _ in range(200):  # until both links are judged up
-                    if late.link_up(sub.endpoint) and sub.link_up(late.endpoint):
+                    if late._links.up(sub.endpoint) and sub._links.up(late.endpoint):
                         break
                     await late.interest_changed(timeout=0.05)
-            assert late.link_up(sub.endpoint) and sub.link_up(late.endpoint)
+            assert late._links.up(sub.endpoint) and sub._links.up(late.endpoint)
             assert (await late.request("SVC.sub", b"1", timeout=5)).data == b"ok 1"
             assert (await sub.request("SVC.late", b"2", timeout=5)).data == b"ok 2"
             tg.cancel_scope.cancel()

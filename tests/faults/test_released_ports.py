@@ -70,14 +70,14 @@ async def test_a_held_subscriber_lets_go_of_a_departed_peers_port() -> None:
         b.subscribe("HELD", queue_size=1, overflow="block") as full,
     ):
         async with aoz.connect(bind=["tcp://127.0.0.1:*"]) as a:
-            b.connect_peer(a.endpoint)
+            b.connect_endpoint(a.endpoint)
             await a.wait_for_interest("HELD")
             for _ in range(5):  # one fills the queue; b stops reading its SUB
                 await a.publish("HELD", b"x")
             await eventually(lambda: full.statistics().pending == 1, "b's queue is full")
             released = a.endpoint
-        b.disconnect_peer(released)
-        await eventually(lambda: released not in b._plane._connected, "b let a go")
+        b._plane.links.disconnect_peer(released)  # what discovery does
+        await eventually(lambda: released not in b._plane.links.connected, "b let a go")
         await anyio.sleep(GRACE)  # no event says "libzmq has let go"
         n = await anyio.to_thread.run_sync(accepted_on, port_of(released), WATCH)
         print(f"held SUB: {n} connections to the released port in {WATCH} s")

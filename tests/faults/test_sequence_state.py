@@ -149,7 +149,7 @@ async def test_hundred_thousand_subjects_every_loss_is_counted() -> None:
     async with aoz.connect(bind=["tcp://127.0.0.1:*"]) as pub:
         with spawn("widesub", {"endpoint": pub.endpoint}) as sub:
             ready = await sub.event("ready")
-            pub.connect_peer(ready["endpoint"])
+            pub.connect_endpoint(ready["endpoint"])
             await pub.wait_for_interest("SYNC", timeout=30, responders=True)
 
             async def synced_round() -> None:
@@ -168,12 +168,14 @@ async def test_hundred_thousand_subjects_every_loss_is_counted() -> None:
                 sent += SUBJECTS
             sub.signal(signal.SIGCONT)
             # the publisher's queue to it is still full: a request sent now may be
-            # dropped too; the first one answered has drained it
+            # dropped too; the first one answered has drained it. (A freeze longer than
+            # three heartbeats cut the link: it reconnects, and its filters come back.)
             for _ in range(60):
                 try:
+                    await pub.wait_for_interest("SYNC", timeout=30, responders=True)
                     await pub.request("SYNC", b"", timeout=1)
                     break
-                except aoz.RequestTimeout:
+                except (aoz.RequestTimeout, aoz.NoResponders):
                     continue
             await synced_round()
             sent += SUBJECTS

@@ -45,7 +45,7 @@ async def test_replayed_beacons_do_not_keep_a_killed_peer() -> None:
             await victim.wait_for_peer(uuid)
             # what the insider records: the peer's own beacon, byte for byte
             beacon = _beacon_of(victim, uuid)
-            await eventually(lambda: victim.link_up(ready["endpoint"]), "the link is up")
+            await eventually(lambda: victim._links.up(ready["endpoint"]), "the link is up")
             peer.signal(signal.SIGKILL)
             killed = time.monotonic()
 
