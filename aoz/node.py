@@ -451,13 +451,8 @@ class Node:
 
     def _unsubscribe(self, sub: Subscription) -> None:
         self._routes.remove(sub.pattern, sub)
-        # only the streams no other subscription still receives are forgotten
-        p, tracked = sub.pattern, self._plane.receive.last_seen
-        candidates = [p.text.encode()] if p.kind == "exact" else list(tracked)
-        self._plane.receive.forget_streams(
-            sb for sb in candidates if not self._routes.route(sb)
-        )
         if not self._closed:
+            self._plane.receive.forget_streams(sub.pattern)
             self._plane.remove_filter(sub.pattern.zmq_prefix)
 
     # ------------------------------------------------------------------ interest

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._errmap import drain_error
@@ -24,6 +24,7 @@ from .hotpath import drain_sub
 from .message import Message, Responder, data_start
 from .protocol.frames import Kind, decode_frame
 from .protocol.sequence import SequenceTracker
+from .protocol.subjects import Pattern
 from .routing import RoutingTable
 from .subscription import Subscription
 
@@ -77,10 +78,19 @@ class Receiver:
             for s in subs:
                 s.upstream_loss(missing)
 
-    def forget_streams(self, subjects: Iterable[bytes]) -> None:
-        """Forget the streams of subjects no subscription receives any more (a gap
-        across that absence would not be a loss); every other stream keeps counting."""
-        self.sequences.forget(subjects)
+    def forget_streams(self, closed: Pattern) -> None:
+        """A subscription to ``closed`` ended: forget the streams of the subjects it
+        matched that no subscription receives any more (a gap across that absence would
+        not be a loss); every other stream keeps counting. Costs one prefix test per
+        tracked subject for a wildcard, one lookup for an exact subject."""
+        if closed.kind == "exact":
+            candidates = [closed.text.encode()]
+        else:
+            candidates = [
+                sb for sb in self.sequences.subjects(closed.zmq_prefix)
+                if closed.matches(sb.decode())
+            ]
+        self.sequences.forget(sb for sb in candidates if not self.routes.route(sb))
 
     def hold(self) -> None:
         """A subscription with ``overflow="block"`` is full: stop reading the data SUB

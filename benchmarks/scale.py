@@ -6,8 +6,9 @@ The bounds in ``aoz/protocol/sequence.py``, ``aoz/protocol/builder.py`` and
 - **Subscribing N patterns** (default 10,000) on one node, exact subjects and token
   wildcards: the time of the ``subscribe`` calls, the Python memory they hold
   (tracemalloc), the time until every filter has reached the node's own publisher
-  (self-delivery: the same path a peer's publisher sees), and the cost of routing the
-  first frame of a subject through N wildcards (later frames hit the routing cache).
+  (self-delivery: the same path a peer's publisher sees), the cost of routing the
+  first frame of a subject through N wildcards (later frames hit the routing cache),
+  and the time to close them all.
 - **Tracking N streams** (default 100,000): the memory of a subscriber's
   ``SequenceTracker`` holding N (subject, publisher) streams, and of a publisher's
   ``FrameBuilder`` numbering N subjects (header cache bounded at 8,192; every
@@ -75,8 +76,10 @@ async def subscribing(n: int, kind: str) -> dict[str, Any]:
             routes.cache.clear()
             routes.route(probe)
         first_route = (time.perf_counter() - t1) / rounds
+        t2 = time.perf_counter()
         for s in subs:
             await s.aclose()
+        closed = time.perf_counter() - t2
     return {
         "kind": kind,
         "patterns": n,
@@ -86,6 +89,7 @@ async def subscribing(n: int, kind: str) -> dict[str, Any]:
         "held_bytes_per_pattern": held // n,
         "all_filters_at_publisher_s": round(reached, 3),
         "first_frame_route_ms": round(first_route * 1e3, 3),
+        "unsubscribe_s": round(closed, 3),
     }
 
 
@@ -133,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             f"({res['per_subscribe_us']} us each), {res['held_MiB']} MiB held "
             f"({res['held_bytes_per_pattern']} B each), all filters at the publisher after "
             f"{res['all_filters_at_publisher_s']:.2f} s, first frame of a subject routed "
-            f"in {res['first_frame_route_ms']} ms"
+            f"in {res['first_frame_route_ms']} ms; closing them {res['unsubscribe_s']:.2f} s"
         )
     res = tracking(args.streams)
     out["track"] = res

@@ -184,6 +184,10 @@ class SequenceTracker:
         self.count -= n
         return n
 
+    def subjects(self, prefix: bytes = b"") -> list[bytes]:
+        """The tracked subjects that start with ``prefix``."""
+        return [sb for sb in self.last_seen if sb.startswith(prefix)]
+
     def clear(self) -> None:
         """Forget every stream (a gap across this is not counted)."""
         self._streams.clear()

@@ -79,6 +79,42 @@ async def test_closing_an_unrelated_subscription_keeps_the_loss_count() -> None:
         raw.close(linger=0)
 
 
+async def test_closing_a_wildcard_keeps_the_streams_others_still_receive() -> None:
+    ctx = zmq.asyncio.Context.instance()
+    raw = ctx.socket(zmq.XPUB)
+    raw.setsockopt(zmq.LINGER, 0)
+    port = raw.bind_to_random_port("tcp://127.0.0.1")
+
+    def frame(subject: bytes, seq: int) -> bytes:
+        return subject + b"\0\x01\0" + encode_header(0, 7, seq) + b"x"
+
+    try:
+        async with aoz.connect(connect=[f"tcp://127.0.0.1:{port}"]) as node:
+            exact = node.subscribe("A.x")
+            await _until(raw, b"\x01A.x\x00")
+            async with node.subscribe("A.>") as wild:
+                await _until(raw, b"\x01A.")
+                for seq in (1, 2):
+                    await raw.send(frame(b"A.x", seq))
+                    await raw.send(frame(b"A.y", seq))
+                assert [(await exact.next(timeout=5)).sequence for _ in range(2)] == [1, 2]
+                assert len([await wild.next(timeout=5) for _ in range(4)]) == 4
+            await _until(raw, b"\x00A.")
+            # A.x is still received (by the exact subscription): its loss counts
+            await raw.send(frame(b"A.x", 6))
+            msg = await exact.next(timeout=5)
+            assert (msg.sequence, msg.gap) == (6, 3)
+            # A.y is not: its stream was forgotten, a later subscription starts afresh
+            async with node.subscribe("A.y") as again:
+                await _until(raw, b"\x01A.y\x00")
+                await raw.send(frame(b"A.y", 9))
+                msg = await again.next(timeout=5)
+                assert (msg.sequence, msg.gap) == (9, 0)
+            assert node.statistics().lost_in == 3
+    finally:
+        raw.close(linger=0)
+
+
 def test_the_publisher_never_restarts_a_subjects_numbers() -> None:
     fb = FrameBuilder(aoz.Codec.MSGPACK, publisher=5, cache_max=8)
     for round_ in (1, 2, 3):
