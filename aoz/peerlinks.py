@@ -25,7 +25,7 @@ from zmq.utils.monitor import parse_monitor_message
 from ._errmap import drain_error, mapped, tolerated
 from .config import Settings
 from .errors import TransportError
-from .sockopts import HandshakeGuard
+from .sockopts import HandshakeGuard, finish_disconnects
 
 __all__ = ["DISCONNECT_GRACE", "PeerLinkTable"]
 
@@ -159,4 +159,9 @@ class PeerLinkTable:
             self.on_change()
         if self._guard is not None:  # runs at least every second (the reader's safety)
             self._guard.tick(time.monotonic())
+        if self.sub is not None and not self.closing:
+            # a SUB held by a full blocking subscription is not read: let libzmq finish
+            # its disconnects anyway (zeromq/libzmq#4052, see sockopts)
+            finish_disconnects(self.sub)
+            self.kick()
         return n
