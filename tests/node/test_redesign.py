@@ -16,7 +16,7 @@ import aoz.dataplane
 import aoz.routing
 from aoz.security import keypair
 
-from ..discovery.helpers import free_port
+from ..ports import free_port
 
 pytestmark = pytest.mark.timeout(30)
 
