@@ -22,8 +22,6 @@ import zmq.asyncio
 from aoz.spark.delivery import CommitNotice, Deduplicator, envelope_of
 from aoz.spark.sidecar import SinkSidecar
 
-from .cluster import cluster_env, java_available, standalone_cluster
-
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 JOB = Path(__file__).with_name("cluster_job.py")
@@ -33,16 +31,6 @@ FAULT_AFTER = 600  # rows the sink takes from the faulty attempt before its faul
 # ... of which the sink published at least this many (it asks for more rows only with
 # fewer than 4 of its 100-row chunks unacknowledged)
 PUBLISHED = FAULT_AFTER - 300
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str]]]:
-    pytest.importorskip("pyspark")
-    if not java_available():
-        pytest.skip("a Spark cluster needs Java")
-    workdir = tmp_path_factory.mktemp("cluster")
-    with standalone_cluster(workdir) as url:
-        yield url, cluster_env(workdir)
 
 
 def write_source(directory: Path, start: int, count: int) -> None:
@@ -121,8 +109,8 @@ class Collector:
 # on a 2-core machine shared with other jobs (load average 2-4), 92-145 s at load 5-9;
 # the limit leaves room.
 @pytest.mark.timeout(300)
-async def test_exactly_once_on_a_standalone_cluster(cluster, tmp_path, aoz_node_factory):
-    url, env = cluster
+async def test_exactly_once_on_a_standalone_cluster(spark_cluster, tmp_path, aoz_node_factory):
+    url, env = spark_cluster
     source, checkpoint = tmp_path / "src", tmp_path / "ck"
     crashed = tmp_path / "crashed"
     write_source(source, 0, ROWS)
