@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-spark test-compiled test-twin test-rest lint bench bench-full clean
+.PHONY: demo test test-spark test-compiled test-twin test-rest lint bench bench-full wheel clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -40,7 +40,7 @@ lint: $(BIN)/.installed
 # pure-Python twin (AOZ_PURE_PYTHON=1) runs the tests marked `twin`: those under
 # tests/{hotpath,node,delivery,queues}/ (and modules that opt in with that mark), which run
 # a node's data plane in-process. The twin replaces only the data plane's drain, sender
-# and publish entries (aoz/dataplane.py vs aoz/_speedups.pyx); everything else
+# and publish entries (aoz/_hotpath.py vs aoz/_speedups.pyx); everything else
 # (protocol/, message, subscription, discovery, the CLI, Spark) is one Python source on
 # both paths, so the rest of the suite would only run the same code twice.
 # tests/hotpath/test_twins.py also compares the two twins directly in every run.
@@ -67,6 +67,14 @@ bench: $(BIN)/.speedups
 
 bench-full: $(BIN)/.speedups
 	$(BIN)/python -m benchmarks --full
+
+# A wheel an index can take: built here, then tagged manylinux by auditwheel (which
+# checks the compiled hot path needs nothing beyond the manylinux libraries).
+wheel: $(BIN)/.installed
+	rm -rf build dist/raw
+	$(BIN)/pip wheel -q --no-deps --no-build-isolation -w dist/raw .
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/auditwheel repair -w dist dist/raw/aoz-*.whl
+	rm -rf build dist/raw
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache aoz/_speedups.c aoz/_speedups.*.so

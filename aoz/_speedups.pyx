@@ -1,8 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The data plane's hot path, compiled.
 
-Twins of ``_drain_sub_py`` and ``_SenderPy`` in ``aoz/dataplane.py``, with the
-same behaviour step for step (tests/hotpath runs both on the same input and compares
+Twins of ``drain_sub`` and ``Sender`` in ``aoz/_hotpath.py`` (which states the
+contract both keep), with the same behaviour (tests/hotpath runs both on the same input and compares
 everything they leave behind; `make test` runs the suite on each). What C buys here: the
 subject search is a ``memchr`` on the frame's buffer instead of two method calls, the
 sequence header is read without ``struct``, a publish frame is built in one allocation,
@@ -10,7 +10,8 @@ and the per-frame bookkeeping runs without the interpreter. ZeroMQ is still call
 through pyzmq (the socket's ``recv``, the backend's ``send``), so there is no second
 binding of libzmq to keep in step with pyzmq's.
 
-``aoz.dataplane`` uses this module only when its ``ABI`` and ``CONSTANTS`` match its own.
+``aoz.hotpath`` uses this module only when its ``ABI`` and ``CONSTANTS`` match the pure
+twin's.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -24,15 +25,16 @@ import time
 
 import zmq
 
+from ._errmap import translate
 from .errors import TransportError, WouldBlock
 from .message import Message
 from .protocol.frames import Kind
 
-ABI = 6
+ABI = 9
 BATCH = 1024
-#: the protocol's numbers built in below; aoz.dataplane checks them against its own
+#: the protocol's numbers built in below; aoz.hotpath checks them against aoz._hotpath's
 CONSTANTS = {"BATCH": BATCH, "MAX_SUBJECT": 256, "HEADER_LEN": 13, "AOZ_CODEC_IDS": 4,
-             "COPY_THRESHOLD": 65536, "YIELD_EVERY": 256, "HANDLE_LEN": 60}
+             "SEQUENCE_FLAG": 0x04, "HEADERS_FLAG": 0x08, "COPY_THRESHOLD": 65536, "YIELD_EVERY": 256, "HANDLE_LEN": 60}
 
 cdef Py_ssize_t _BATCH = BATCH
 cdef int _NOBLOCK = zmq.NOBLOCK
@@ -49,8 +51,10 @@ cdef object _send = getattr(zmq.backend, "Socket", zmq.Socket).send
 cdef Py_ssize_t _MAX_SUBJECT = CONSTANTS["MAX_SUBJECT"]  # aoz.protocol.subjects
 cdef Py_ssize_t _HEADER_LEN = CONSTANTS["HEADER_LEN"]  # aoz.protocol.sequence
 cdef uint8_t _AOZ_CODEC_IDS = CONSTANTS["AOZ_CODEC_IDS"]  # aoz.protocol.codecs
-cdef Py_ssize_t _COPY_THRESHOLD = CONSTANTS["COPY_THRESHOLD"]  # aoz.dataplane
-cdef unsigned int _YIELD_EVERY = CONSTANTS["YIELD_EVERY"]  # aoz.dataplane
+cdef uint8_t _FLAG = CONSTANTS["SEQUENCE_FLAG"]  # aoz.protocol.sequence
+cdef uint8_t _HEADERS = CONSTANTS["HEADERS_FLAG"]  # aoz.protocol.headers
+cdef Py_ssize_t _COPY_THRESHOLD = CONSTANTS["COPY_THRESHOLD"]  # aoz._hotpath
+cdef unsigned int _YIELD_EVERY = CONSTANTS["YIELD_EVERY"]  # aoz._hotpath
 cdef Py_ssize_t _HANDLE_LEN = CONSTANTS["HANDLE_LEN"]  # aoz.protocol.frames
 
 
@@ -93,16 +97,25 @@ cdef inline int _frame_kind(const uint8_t* buf, Py_ssize_t flen, Py_ssize_t* end
 
 cdef inline Py_ssize_t _data_start(const uint8_t* buf, Py_ssize_t flen,
                                    Py_ssize_t start) noexcept:
-    """aoz.message.data_start: after the codec byte, or after the sequence header."""
+    """aoz.protocol.headers.data_start: after the first byte, the sequence header and
+    the header block that it says follow; ``start`` for a foreign or cut-short payload."""
     cdef uint8_t first
-    if flen > start:
-        first = buf[start]
-        if first & 0x80:
-            if (first & 0x7F) < _AOZ_CODEC_IDS and flen >= start + _HEADER_LEN:
-                return start + _HEADER_LEN
-        elif first < _AOZ_CODEC_IDS:
-            return start + 1
-    return start
+    cdef Py_ssize_t pos
+    if flen <= start:
+        return start
+    first = buf[start]
+    if first < _AOZ_CODEC_IDS:
+        return start + 1
+    if first >= 0x10:
+        return start
+    pos = start + 1
+    if first & _FLAG:
+        pos += _HEADER_LEN - 1
+    if first & _HEADERS:
+        if flen < pos + 2:
+            return start
+        pos += 2 + (<Py_ssize_t>buf[pos] | (<Py_ssize_t>buf[pos + 1] << 8))
+    return pos if pos <= flen else start
 
 
 cdef void _hand_over(dict pending) except *:
@@ -112,13 +125,13 @@ cdef void _hand_over(dict pending) except *:
 
 
 def drain_sub(plane, sock):
-    """Drain up to ``BATCH`` frames of the data SUB (see ``_drain_sub_py``)."""
+    """Drain up to ``BATCH`` frames of the data SUB (see ``aoz._hotpath.drain_sub``)."""
     recv = sock.recv
-    routes = plane._routes
+    routes = plane.routes
     cdef dict cache = routes.cache
-    responder = plane._responder
-    on_reply = plane._on_reply
-    cdef dict last_seen = plane.sequences.last_seen
+    responder = plane.responder
+    on_reply = plane.on_reply
+    cdef dict last_seen = plane.last_seen
     cdef dict pending = {}
     cdef object last_sub = None
     cdef list last_msgs = None
@@ -138,7 +151,7 @@ def drain_sub(plane, sock):
     cdef uint32_t seq
     now = _clock()
     try:
-        while n < _BATCH and not plane._holds:
+        while n < _BATCH and not plane.holds:
             frame = recv(_NOBLOCK)
             n += 1
             flen = PyBytes_GET_SIZE(frame)
@@ -153,7 +166,7 @@ def drain_sub(plane, sock):
                     _hand_over(pending)
                     last_sub = None
                     last_msgs = None
-                plane._other_frame(frame, now)
+                plane.other_frame(frame, now)
                 continue
             # a publication or a request: routed by its subject, queued alike
             sb = PyBytes_FromStringAndSize(<const char*>buf, nul)
@@ -172,20 +185,20 @@ def drain_sub(plane, sock):
                 start = nul + 3
                 data = _data_start(buf, flen, start)
                 msg = _Message(frame, nul, start, data, _PUBLISH, None, now, responder)
-                if data == start + _HEADER_LEN:
+                if data >= start + _HEADER_LEN and (buf[start] & _FLAG):
                     pid = _u64(buf + start + 1)
                     seq = _u32(buf + start + 9)
                     # the next number from the subject's last publisher costs one
-                    # lookup; anything else takes plane._sequence
+                    # lookup; anything else takes plane.sequence
                     found = PyDict_GetItem(last_seen, sb)
                     if found != NULL:
                         st = <list>found
                         if <uint64_t>st[0] == pid and <uint64_t>st[1] + 1 == seq:
                             st[1] = seq
                         else:
-                            plane._sequence(sb, pid, seq, msg, subs)
+                            plane.sequence(sb, pid, seq, msg, subs)
                     else:
-                        plane._sequence(sb, pid, seq, msg, subs)
+                        plane.sequence(sb, pid, seq, msg, subs)
             else:
                 start = nul + 3 + _HANDLE_LEN
                 reply = PyUnicode_DecodeASCII(<const char*>buf + nul + 2, _HANDLE_LEN, NULL)
@@ -194,7 +207,7 @@ def drain_sub(plane, sock):
             for s in subs:
                 if s is last_sub:
                     last_msgs.append(msg)
-                elif s._block:
+                elif s.blocking:
                     s.push(msg)
                 else:
                     found = PyDict_GetItem(pending, s)
@@ -209,7 +222,7 @@ def drain_sub(plane, sock):
     except _Again:
         pass
     except _ZMQError as exc:
-        plane._socket_error(exc, "receiving on the data socket")
+        plane.socket_error(exc, "receiving on the data socket")
     finally:
         if pending:
             _hand_over(pending)
@@ -220,7 +233,7 @@ def drain_sub(plane, sock):
 
 cdef class Entry:
     """One subject's cached prefixes and its last sequence number: the twin of
-    ``aoz.protocol.builder._Entry``, with fields the compiled Sender reads directly."""
+    ``aoz.protocol.builder.Entry``, with fields the compiled Sender reads directly."""
 
     cdef public bytes header
     cdef public bytes prefix
@@ -233,7 +246,7 @@ cdef class Entry:
 
 
 cdef class Sender:
-    """The send side of the hot path (see ``_SenderPy`` in aoz/dataplane.py).
+    """The send side of the hot path (see ``Sender`` in aoz/_hotpath.py).
 
     The common case of ``publish`` (a ``bytes`` payload with the default codec, on a
     subject published before, in a frame under the zero-copy threshold) is built in one
@@ -252,7 +265,7 @@ cdef class Sender:
 
     def __init__(self, builder):
         self._builder = builder
-        self._entries = builder._entries
+        self._entries = builder.entries
         self._sequenced = builder.publisher is not None
         self.pub = None
         self._messages = 0
@@ -287,9 +300,18 @@ cdef class Sender:
                          + (4 if self._sequenced else 0))
                 if total < _COPY_THRESHOLD:
                     self.send(self._frame(entry, <bytes>data))
-                    return self._yield_due()
+                    return self.due()
         self.send(self._builder.publish(subject, data, codec))
-        return self._yield_due()
+        return self.due()
+
+    def build(self, subject, data, codec):
+        """The next publish frame of ``subject`` (numbered), not sent."""
+        cdef PyObject* found
+        if codec is None and type(data) is bytes:
+            found = PyDict_GetItem(self._entries, subject)
+            if found != NULL and type(<object>found) is Entry:
+                return self._frame(<Entry>found, <bytes>data)
+        return self._builder.publish(subject, data, codec)
 
     def frames(self, subject, items, codec):
         """The publish frames of every item (see ``_SenderPy.frames``)."""
@@ -334,7 +356,7 @@ cdef class Sender:
         return frame
 
     def send_batch(self, frames, Py_ssize_t start=0):
-        """Send ``frames[start:]`` until ZeroMQ would block (see ``_SenderPy``)."""
+        """Send ``frames[start:]`` until ZeroMQ would block (see the pure twin)."""
         pub = self.pub
         if pub is None:
             raise TransportError("the data publisher is not open")
@@ -350,13 +372,14 @@ cdef class Sender:
         except _Again:
             pass
         except _ZMQError as exc:
-            raise TransportError(f"publish failed: {exc}") from exc
+            raise translate(exc, "publish failed") from exc
         finally:
             self._messages += i - start
             self._bytes += nbytes
         return i
 
-    cdef inline bint _yield_due(self):
+    cpdef bint due(self):
+        """Count one publish; True when the caller should yield to the loop."""
         self._since_yield += 1
         if self._since_yield >= _YIELD_EVERY:
             self._since_yield = 0
@@ -380,6 +403,6 @@ cdef class Sender:
                 "waits for room"
             ) from None
         except _ZMQError as exc:
-            raise TransportError(f"publish failed: {exc}") from exc
+            raise translate(exc, "publish failed") from exc
         self._messages += 1
         self._bytes += n

@@ -7,10 +7,14 @@ Every error aoz raises on purpose derives from :class:`AozError`, so
 ::
 
     AozError
+    ├── UsageError             aoz was called wrongly: a bad argument, or a call the object's
+    │   │                      state does not allow (also ValueError); the message says what
+    │   │                      to do instead
+    │   ├── UsageTypeError     an argument of the wrong type (also TypeError)
+    │   ├── SubjectError       a subject or subscription pattern is invalid
+    │   └── ConfigError        a setting, config file or endpoint is invalid
     ├── DecodeError            bytes from the network are not a valid frame or payload
     ├── EncodeError            a value cannot be encoded with the chosen codec (also TypeError)
-    ├── SubjectError           a subject or subscription pattern is invalid (also ValueError)
-    ├── ConfigError            a setting or config file is invalid (also ValueError)
     ├── ClosedError            the node (or subscription) is closed
     ├── RequestError
     │   ├── RequestTimeout     no (more) replies before the deadline (also TimeoutError)
@@ -19,6 +23,7 @@ Every error aoz raises on purpose derives from :class:`AozError`, so
     ├── WaitTimeout            waiting for a message/subscriber/peer ran out (also TimeoutError)
     ├── TransportError         ZeroMQ refused an operation (bad endpoint, address in use...)
     ├── WouldBlock             publish_nowait on a blocking node: a subscriber's queue is full
+    ├── MessagesLost           a subscription is losing messages (error_cb's report)
     └── ServiceError           a named service call failed on the remote side
 """
 
@@ -30,6 +35,7 @@ __all__ = [
     "ConfigError",
     "DecodeError",
     "EncodeError",
+    "MessagesLost",
     "NamingTimeout",
     "NoResponders",
     "RequestError",
@@ -37,6 +43,8 @@ __all__ = [
     "ServiceError",
     "SubjectError",
     "TransportError",
+    "UsageError",
+    "UsageTypeError",
     "WaitTimeout",
     "WouldBlock",
 ]
@@ -44,6 +52,20 @@ __all__ = [
 
 class AozError(Exception):
     """Base class of every error aoz raises."""
+
+
+class UsageError(AozError, ValueError):
+    """aoz was called wrongly: a bad argument value, or a call that the object's state
+    does not allow (starting twice, using what is not running). Fix the calling code;
+    the message says how.
+
+    >>> isinstance(UsageError("max_replies must be >= 1"), ValueError)
+    True
+    """
+
+
+class UsageTypeError(UsageError, TypeError):
+    """An argument of the wrong type (also a :class:`TypeError`)."""
 
 
 class DecodeError(AozError, ValueError):
@@ -61,7 +83,7 @@ class EncodeError(AozError, TypeError):
     """A value could not be encoded as a payload with the chosen codec."""
 
 
-class SubjectError(AozError, ValueError):
+class SubjectError(UsageError):
     """A subject or subscription pattern is not valid."""
 
     def __init__(self, message: str, *, subject: str | bytes | None = None) -> None:
@@ -69,7 +91,7 @@ class SubjectError(AozError, ValueError):
         self.subject = subject
 
 
-class ConfigError(AozError, ValueError):
+class ConfigError(UsageError):
     """A setting is invalid, or a configuration source could not be read."""
 
 
@@ -130,9 +152,34 @@ class WouldBlock(AozError):
         self.subject = subject
 
 
-class ServiceError(AozError):
-    """A named service answered with an error."""
+class MessagesLost(AozError):
+    """A subscription is losing messages (what ``aoz.connect(error_cb=...)`` is told,
+    at most every 5 s per subscription): ``dropped`` by its own full queue, ``lost``
+    upstream (sequence gaps: a publisher's full queue, a cut link). Totals so far."""
 
-    def __init__(self, message: str, *, service: str) -> None:
+    def __init__(self, message: str, *, pattern: str, dropped: int, lost: int) -> None:
+        super().__init__(message)
+        self.pattern = pattern
+        self.dropped = dropped
+        self.lost = lost
+
+
+class ServiceError(AozError):
+    """A service (a named one, or any responder of a request) answered with an error.
+
+    ``service`` is the subject; ``remote`` the remote error as it was sent
+    (``"ValueError: feed down"``), split into ``remote_type`` and ``remote_message``.
+    """
+
+    def __init__(self, message: str, *, service: str, remote: str | None = None) -> None:
         super().__init__(message)
         self.service = service
+        self.remote = remote
+        head, sep, tail = (remote or "").partition(": ")
+        self.remote_type = head if sep and head.isidentifier() else None
+        self.remote_message = tail if self.remote_type else (remote or "")
+
+    @classmethod
+    def from_reply(cls, service: str, remote: str) -> ServiceError:
+        """The error for an error reply (``Message.error``) to a request on ``service``."""
+        return cls(f"service {service!r} failed: {remote}", service=service, remote=remote)

@@ -7,8 +7,11 @@ our publisher (the interest set). The second half is what catches a frozen peer:
 kernel still accepts TCP and keeps the connection alive, but it stops answering our
 publisher's heartbeats, so the publisher cuts its subscriber after three heartbeat
 intervals and withdraws its filters. Discovery's expiry rule reads :meth:`up` through
-:meth:`Node.link_up`; :meth:`report` turns changes into ``link_up``/``link_down`` peer
-events; :meth:`wait_subscribed` is what a short-lived publisher waits for.
+the driver port's ``link_up``; :meth:`report` turns changes into ``link_up``/``link_down`` peer
+events, called by the data plane as either half changes (the SUB's monitor, the XPUB's
+subscription events) and by the discovery driver's peer events, so an event follows
+its cause within the same loop turn (housekeeping re-checks every 0.25 s as a
+backstop); :meth:`wait_subscribed` is what a short-lived publisher waits for.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ class PeerLinks:
 
     def up(self, endpoint: str) -> bool:
         """Whether the link with the peer at ``endpoint`` is up both ways."""
-        if not self._plane.link_up(endpoint):
+        if not self._plane.links.up(endpoint):
             return False
         peer = next((p for p in self._peers() if p.endpoint == endpoint), None)
         if peer is None or peer.uuid == self._uuid:

@@ -24,16 +24,15 @@ lives in the modules above, and no method here is more than a few lines of it.
 
 from __future__ import annotations
 
-import asyncio
+import inspect
 import logging
-import math
 import os
 import secrets
 import socket
 import sys
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,25 +41,28 @@ import anyio.abc
 import msgspec
 
 from ._tasks import TaskOwner
+from .asyncapi import Catalog
 from .config import Overflow, Settings, load_settings
-from .dataplane import _YIELD_EVERY, HOT_PATH, DataPlane, Entry
+from .dataplane import DataPlane
 from .discovery.links import Driver
 from .discovery.peers import Peer, PeerEvent, PeerEventHub, PeerEventStream
 from .errors import (
     AozError,
     ClosedError,
-    ConfigError,
+    MessagesLost,
     NoResponders,
+    ServiceError,
     SubjectError,
+    UsageError,
+    UsageTypeError,
     WaitTimeout,
-    WouldBlock,
 )
+from .hotpath import HOT_PATH, Entry
 from .interest import InterestSet
 from .liveness import PeerLinks
 from .message import Message, WeakResponder
 from .protocol.builder import FrameBuilder
 from .protocol.codecs import Codec
-from .protocol.frames import publish_subject_end
 from .protocol.subjects import compile_pattern, is_reserved, subject_bytes
 from .requests import ReplyStream, Requests
 from .routing import RoutingTable
@@ -71,6 +73,7 @@ __all__ = ["Node", "NodeStatistics", "PeerEventStream", "ReplyStream", "connect"
 log = logging.getLogger("aoz.node")
 
 _REPLY_ROUTE_WAIT = 2.0  # seconds a deferred reply waits for the requester's inbox filter
+_MAX_DEFERRED = 1024  # deferred replies waiting at once; more are counted unroutable
 _HOUSEKEEPING = 0.25  # seconds between sweeps of abandoned reply streams
 
 
@@ -104,7 +107,13 @@ class Node:
     ...     await node.publish("MD.NYSE.IBM", {"bid": 1.0, "ask": 1.1})
     """
 
-    def __init__(self, settings: Settings | None = None, **overrides: Any) -> None:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        error_cb: Callable[[AozError], Any] | None = None,
+        **overrides: Any,
+    ) -> None:
         self.settings = settings if settings is not None else load_settings(overrides)
         if settings is not None and overrides:
             self.settings = settings.replace(**overrides)
@@ -132,14 +141,16 @@ class Node:
             s, self._routes, self._interest, self._requests.on_reply, responder,
             self._requests.inbox_filter, self._frames,
         )
-        self._sender = self._plane.sender  # the hot path's send side
+        self._send = self._plane.send  # every publish goes through here (aoz.send)
         self._driver: Driver | None = None
         self._peer_hub = PeerEventHub()
-        self._blocking = s.send_policy == "block"
         self._links = PeerLinks(self.uuid, self._plane, self._interest, self._peer_hub,
                                 lambda: self.peers)
-        self._sends_since_yield = 0
         self._no_responders = 0
+        self._deferred = 0  # deferred replies waiting for a route
+        #: what this node serves and publishes, for its AsyncAPI document (aoz.asyncapi)
+        self.catalog = Catalog()
+        self._error_cb = error_cb
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> Node:
@@ -159,7 +170,7 @@ class Node:
         around ``connect()``) stops everything it started.
         """
         if self._started:
-            raise AozError("node already started; create a new node instead")
+            raise UsageError("node already started; create a new node instead")
         self._started = True
         try:
             await self._owner.start(self._setup)
@@ -174,7 +185,10 @@ class Node:
         tg.start_soon(self._housekeeping, name="aoz-housekeeping")
         self._driver = self._make_driver()
         if self._driver is not None:
-            await tg.start(self._driver.run, self)
+            # link events are pushed as the link state changes (both halves of a link:
+            # our SUB's monitor, the peer's inbox filter at our XPUB), not polled
+            self._plane.links.on_change = self._plane.on_interest = self._links.report
+            await tg.start(self._driver.run, _DriverPort(self))
         self._open = True
 
     def _make_driver(self) -> Driver | None:
@@ -200,6 +214,27 @@ class Node:
         log.error("aoz node %s failed: %r", self.uuid, exc, exc_info=exc)
         self._failure = exc
         self._shutdown(self._failed_error())
+        self._report(self._failed_error())
+
+    def _report(self, err: AozError) -> None:
+        """Tell the application's ``error_cb`` (never raises into the caller: a loss is
+        reported from the receive path)."""
+        cb = self._error_cb
+        if cb is None:
+            return
+        try:
+            result = cb(err)
+            if inspect.isawaitable(result):
+                self._owner.start_soon(_await, result, name="aoz-error-cb")
+        except Exception:
+            log.exception("the error_cb given to aoz.connect raised")
+
+    def _report_loss(self, sub: Subscription) -> None:
+        self._report(MessagesLost(
+            f"subscription {sub.pattern.text!r} is losing messages: {sub.dropped} dropped "
+            f"(its queue was full), {sub.lost} lost upstream",
+            pattern=sub.pattern.text, dropped=sub.dropped, lost=sub.lost,
+        ))
 
     def _failed_error(self) -> ClosedError:
         err = ClosedError(f"the node failed: {self._failure!r}")
@@ -260,7 +295,8 @@ class Node:
 
     # ------------------------------------------------------------------ publish
     def publish_nowait(
-        self, subject: str, data: object = b"", *, codec: Codec | None = None
+        self, subject: str, data: object = b"", *, codec: Codec | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         """Publish without awaiting.
 
@@ -271,12 +307,7 @@ class Node:
         """
         if not self._open:
             self._check_open()
-        try:
-            self._sender.publish(subject, data, codec)
-        except WouldBlock as exc:
-            self._frames.rewind(subject)  # not sent: a retry reuses the number
-            exc.subject = subject
-            raise
+        self._send.publish_nowait(subject, data, codec, headers)
 
     async def publish(
         self,
@@ -285,8 +316,12 @@ class Node:
         *,
         codec: Codec | None = None,
         block: bool | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         """Publish ``data`` on ``subject`` to every subscriber in the mesh (this node too).
+
+        ``headers`` (str -> str) travel in aoz's payload header to aoz subscribers
+        (``msg.headers``); an omnm or Verbatim payload cannot carry them.
 
         With ``send_policy="drop"`` (the default) it never waits: a subscriber whose
         queue at this publisher is full loses the message and counts it (its
@@ -299,27 +334,9 @@ class Node:
         """
         if not self._open:
             self._check_open()
-        if not self._blocking:
-            if block:
-                raise ConfigError(
-                    "publish(block=True) needs a node with send_policy='block' "
-                    "(aoz.connect(send_policy='block'))"
-                )
-            if self._sender.publish(subject, data, codec):  # time to let the loop run
-                await asyncio.sleep(0)
-            return
-        frame = self._frames.publish(subject, data, codec)
-        if block is False:
-            self._plane.send_or_drop(frame)
-        else:
-            try:
-                self._plane.send(frame)
-            except WouldBlock:
-                await self._plane.send_when_ready(frame)
-        self._sends_since_yield += 1
-        if self._sends_since_yield >= _YIELD_EVERY:
-            self._sends_since_yield = 0
-            await asyncio.sleep(0)
+        wait = self._send.publish(subject, data, codec, block, headers)
+        if wait is not None:  # room to wait for, or the loop's turn
+            await wait
 
     async def publish_many(
         self, subject: str, items: Iterable[object], *, codec: Codec | None = None
@@ -336,15 +353,7 @@ class Node:
         >>> await node.publish_many("MD.NYSE.IBM", [q1, q2, q3])  # doctest: +SKIP
         """
         self._check_open()
-        frames = self._sender.frames(subject, items, codec)
-        sent = 0
-        while True:
-            sent = self._plane.send_batch(frames, sent)
-            if sent >= len(frames):
-                break
-            await self._plane.send_when_ready(frames[sent])
-            sent += 1
-        await asyncio.sleep(0)  # a tight loop of batches must not starve the node
+        await self._send.publish_many(subject, items, codec)
 
     async def publish_frames(
         self, frames: Sequence[bytes], *, timeout: float | None = None
@@ -355,24 +364,10 @@ class Node:
         :func:`aoz.protocol.frames.encode_publish`; they go out as they are (no sequence
         header is added). On a node with ``send_policy="block"`` it waits for room, at
         most ``timeout`` seconds in all; a frame that is not a publish frame raises
-        :class:`aoz.SubjectError` before anything is sent.
+        :class:`aoz.UsageError` before anything is sent.
         """
         self._check_open()
-        for frame in frames:
-            if publish_subject_end(frame) < 0:
-                raise SubjectError(
-                    f"not a publish frame: {frame[:40]!r}; build frames with "
-                    "aoz.protocol.frames.encode_publish"
-                )
-        sent = 0
-        with anyio.move_on_after(math.inf if timeout is None else timeout):
-            while True:
-                sent = self._plane.send_batch(frames, sent)
-                if sent >= len(frames):
-                    break
-                await self._plane.send_when_ready(frames[sent])
-                sent += 1
-        return sent
+        return await self._send.publish_frames(frames, timeout)
 
     async def respond_to(self, handle: str, data: object, codec: Codec | None) -> None:
         """Publish a reply to ``handle`` (what :meth:`Message.respond` calls).
@@ -389,26 +384,33 @@ class Node:
         hb = handle.encode("ascii")
         frame = self._frames.reply(hb, data, codec)
         if self._interest.routable(hb):
-            self._plane.send(frame)
+            self._send.send(frame)
             return
         self._plane.read_interest()
         if self._interest.routable(hb):
-            self._plane.send(frame)
+            self._send.send(frame)
             return
+        if self._deferred >= _MAX_DEFERRED:  # bounded: a flood of gone requesters
+            self._plane.count("replies_unroutable")
+            return
+        self._deferred += 1
         self._owner.start_soon(self._deferred_reply, hb, frame, name="aoz-deferred-reply")
 
     async def _deferred_reply(self, handle: bytes, frame: bytes) -> None:
-        with anyio.move_on_after(_REPLY_ROUTE_WAIT):
-            while not self._interest.routable(handle):
-                self._plane.interest_changed.clear()
-                await self._plane.interest_changed.wait()
-            if self._open:
-                try:
-                    self._plane.send(frame)
-                except AozError as exc:  # closing under us; the reply has nowhere to go
-                    log.debug("deferred reply not sent: %s", exc)
-            return
-        self._plane.count("replies_unroutable")
+        try:
+            with anyio.move_on_after(_REPLY_ROUTE_WAIT):
+                while not self._interest.routable(handle):
+                    self._plane.interest_changed.clear()
+                    await self._plane.interest_changed.wait()
+                if self._open:
+                    try:
+                        self._send.send(frame)
+                    except AozError as exc:  # closing under us; nowhere to go
+                        log.debug("deferred reply not sent: %s", exc)
+                return
+            self._plane.count("replies_unroutable")
+        finally:
+            self._deferred -= 1
 
     # ------------------------------------------------------------------ subscribe
     def subscribe(
@@ -430,7 +432,7 @@ class Node:
         """
         self._check_open()
         if not isinstance(pattern, str):
-            raise SubjectError(f"pattern must be a str, not {type(pattern).__name__}")
+            raise UsageTypeError(f"pattern must be a str, not {type(pattern).__name__}")
         compiled = compile_pattern(pattern, regex=regex)
         if compiled.kind == "exact" and is_reserved(pattern):
             raise SubjectError(
@@ -439,7 +441,7 @@ class Node:
             )
         size = self.settings.queue_size if queue_size is None else queue_size
         if size < 1:
-            raise SubjectError("queue_size must be >= 1")
+            raise UsageError(f"queue_size must be >= 1, not {size}")
         sub_ref: list[Subscription] = []
         sub = Subscription(
             compiled, size, overflow or self.settings.overflow,
@@ -447,14 +449,16 @@ class Node:
         )
         sub_ref.append(sub)
         if sub.overflow == "block":
-            sub._on_full, sub._on_room = self._plane.hold, self._plane.release
+            sub.backpressure(self._plane.receive.hold, self._plane.receive.release)
+        if self._error_cb is not None:
+            sub.on_loss = self._report_loss
         self._plane.add_filter(compiled.zmq_prefix)
         self._routes.add(compiled, sub)
         return sub
 
     def _unsubscribe(self, sub: Subscription) -> None:
         self._routes.remove(sub.pattern, sub)
-        self._plane.reset_sequences()
+        self._plane.receive.forget_streams()
         if not self._closed:
             self._plane.remove_filter(sub.pattern.zmq_prefix)
 
@@ -536,21 +540,37 @@ class Node:
 
     # ------------------------------------------------------------------ request/reply
     def _request_parts(
-        self, subject: str, data: object, codec: Codec | None
-    ) -> bytes:
+        self, subject: str, data: object, codec: Codec | None,
+        headers: Mapping[str, str] | None = None,
+    ) -> tuple[list[str], bytes]:
+        """Where a request on ``subject`` goes (the subject itself when a plain
+        subscriber covers it, and one member of each queue group serving it), and its
+        payload; NoResponders when nobody would answer."""
         self._check_open()
         self._frames.header(subject)  # validates
-        sb = subject_bytes(subject)
-        if not self._interest.covers(sb, responders=True):
+        targets = self._request_targets(subject)
+        if not targets:
             self._plane.read_interest()
-            if not self._interest.covers(sb, responders=True):
+            targets = self._request_targets(subject)
+            if not targets:
                 self._no_responders += 1
                 raise NoResponders(
-                    f"no subscriber for {subject!r} is connected to this node; start a "
-                    "responder or wait for one with `await node.wait_for_interest(subject)`",
+                    f"no subscriber or queue group for {subject!r} is connected to this "
+                    "node; start a responder or wait for one with "
+                    "`await aoz.wait_for_service(node, subject)`",
                     subject=subject,
                 )
-        return self._frames.payload(data, codec)
+        return targets, self._frames.payload(data, codec, headers)
+
+    def _request_targets(self, subject: str) -> list[str]:
+        plain = self._interest.covers(subject_bytes(subject), responders=True)
+        return ([subject] if plain else []) + self._interest.queue_targets(subject)
+
+    def _send_request(self, targets: list[str], handle: bytes, payload: bytes) -> None:
+        # one frame per target, one reply handle: replies from any of them reach the
+        # same waiter (the first wins for request(); request_many() gets them all)
+        for target in targets:
+            self._send.send(self._frames.request(target, handle, payload))
 
     async def request(
         self,
@@ -559,20 +579,28 @@ class Node:
         *,
         timeout: float = 1.0,
         codec: Codec | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Message:
-        """Send a request and return the first reply.
+        """Send a request and return the first reply (``headers`` travel with it).
 
-        Raises :class:`aoz.NoResponders` at once when nobody subscribes to ``subject``
-        (catch-all subscribers such as ``>`` monitors do not count as responders),
-        :class:`aoz.RequestTimeout` when no reply arrives within ``timeout`` seconds.
+        The request reaches every plain subscriber of ``subject`` and one member of each
+        queue group serving it (:mod:`aoz.queues`). Raises :class:`aoz.NoResponders` at
+        once when nobody subscribes to ``subject`` (catch-all subscribers such as ``>``
+        monitors do not count as responders),
+        :class:`aoz.RequestTimeout` when no reply arrives within ``timeout`` seconds,
+        :class:`aoz.ServiceError` when the responder answered with an error (a service
+        whose handler raised: ``exc.remote_type``, ``exc.remote_message``).
 
         >>> reply = await node.request("SVC.quote", b"IBM", timeout=1.0)  # doctest: +SKIP
         """
-        payload = self._request_parts(subject, data, codec)
-        send, frames = self._plane.send, self._frames
-        return await self._requests.wait_first(
-            subject, timeout, lambda handle: send(frames.request(subject, handle, payload))
+        targets, payload = self._request_parts(subject, data, codec, headers)
+        reply = await self._requests.wait_first(
+            subject, timeout, lambda handle: self._send_request(targets, handle, payload)
         )
+        remote = reply.error
+        if remote is not None:  # the responder failed: an error, never a value
+            raise ServiceError.from_reply(subject, remote)
+        return reply
 
     def request_many(
         self,
@@ -582,42 +610,34 @@ class Node:
         timeout: float = 1.0,
         max_replies: int | None = None,
         codec: Codec | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> ReplyStream:
         """Send a request and iterate over every reply until ``timeout`` or ``max_replies``.
+
+        An error reply (a responder that failed) raises :class:`aoz.ServiceError` from
+        the iteration, at its place among the replies.
 
         >>> async for reply in node.request_many("SVC.quote", timeout=0.5):  # doctest: +SKIP
         ...     print(reply.decode())
         """
         if max_replies is not None and max_replies < 1:
-            raise AozError("max_replies must be >= 1 (or None for every reply until timeout)")
-        payload = self._request_parts(subject, data, codec)
+            raise UsageError("max_replies must be >= 1 (or None for every reply until timeout)")
+        targets, payload = self._request_parts(subject, data, codec, headers)
         stream, handle = self._requests.open_stream(subject, timeout, max_replies)
         try:
-            self._plane.send(self._frames.request(subject, handle, payload))
+            self._send_request(targets, handle, payload)
         except BaseException:
             stream.close()
             raise
         return stream
 
-    # ------------------------------------------------------------------ peers (DataLinks)
-    def connect_peer(self, endpoint: str) -> None:
-        """Connect the data SUB to a peer's publisher (idempotent)."""
-        self._plane.connect_peer(endpoint)
-
-    def disconnect_peer(self, endpoint: str) -> None:
-        """Disconnect the data SUB from a peer's publisher (after a short grace)."""
-        self._plane.disconnect_peer(endpoint)
-
-    def link_up(self, endpoint: str) -> bool:
-        """Whether the data link with the peer at ``endpoint`` is up both ways (see
-        :mod:`aoz.liveness`): what discovery's expiry rule asks."""
-        return self._links.up(endpoint)
-
-    def peer_event(self, event: PeerEvent) -> None:
-        self._peer_hub.push(event)
-
-    def count(self, counter: str, n: int = 1) -> None:
-        self._plane.count(counter, n)
+    # ------------------------------------------------------------------ peers
+    def connect_endpoint(self, endpoint: str) -> None:
+        """Also receive from the publisher at ``endpoint`` (another node's
+        ``node.endpoint``, or an OZ program's PUB): what ``connect=[...]`` does at start,
+        at any time. For static mode; discovery connects peers by itself."""
+        self._check_open()
+        self._plane.links.connect_peer(endpoint)
 
     @property
     def peers(self) -> list[Peer]:
@@ -643,21 +663,21 @@ class Node:
     # ------------------------------------------------------------------ stats
     def statistics(self) -> NodeStatistics:
         """A snapshot of this node's counters."""
-        plane = self._plane
+        plane, rx, tx = self._plane, self._plane.receive, self._send
         disc = dict(plane.counters)
         if self._driver is not None:
             disc.update(self._driver.statistics())
         return NodeStatistics(
             uuid=self.uuid,
             mode=self.settings.mode,
-            messages_in=plane.messages_in,
-            bytes_in=plane.bytes_in,
-            messages_out=plane.messages_out,
-            bytes_out=plane.bytes_out,
-            dropped_out=plane.dropped_out,
-            blocked_sends=plane.blocked_sends,
-            lost_in=plane.lost,
-            malformed_in=plane.malformed,
+            messages_in=rx.messages_in,
+            bytes_in=rx.bytes_in,
+            messages_out=tx.messages_out,
+            bytes_out=tx.bytes_out,
+            dropped_out=tx.dropped_out,
+            blocked_sends=tx.blocked_sends,
+            lost_in=rx.lost,
+            malformed_in=rx.malformed,
             requests=self._requests.requests,
             request_timeouts=self._requests.timeouts,
             no_responders=self._no_responders,
@@ -674,12 +694,75 @@ class Node:
         return f"<aoz.Node {self.uuid[:8]} {self.settings.mode} {self.endpoint or '-'} {state}>"
 
 
+class _DriverPort:
+    """The node as its discovery driver sees it (:class:`aoz.discovery.links.DataLinks`):
+    kept off the public :class:`Node`, which users see in completion and docs."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    @property
+    def uuid(self) -> str:
+        return self._node.uuid
+
+    @property
+    def endpoint(self) -> str:
+        return self._node.endpoint
+
+    @property
+    def settings(self) -> Settings:
+        return self._node.settings
+
+    @property
+    def program(self) -> str:
+        return self._node.program
+
+    @property
+    def host(self) -> str:
+        return self._node.host
+
+    @property
+    def pid(self) -> int:
+        return self._node.pid
+
+    def connect_peer(self, endpoint: str) -> None:
+        self._node._plane.links.connect_peer(endpoint)
+
+    def disconnect_peer(self, endpoint: str) -> None:
+        self._node._plane.links.disconnect_peer(endpoint)
+
+    def link_up(self, endpoint: str) -> bool:
+        """Up both ways (:mod:`aoz.liveness`): what discovery's expiry rule asks."""
+        return self._node._links.up(endpoint)
+
+    def peer_event(self, event: PeerEvent) -> None:
+        self._node._peer_hub.push(event)
+        self._node._links.report()  # a new peer's link may already be up
+
+    def count(self, counter: str, n: int = 1) -> None:
+        self._node._plane.count(counter, n)
+
+
+async def _await(result: Awaitable[Any]) -> None:
+    try:
+        await result
+    except Exception:
+        log.exception("the error_cb given to aoz.connect raised")
+
+
 def _program_name() -> str:
     name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
     return name or "python"
 
 
-def connect(*, config: str | os.PathLike[str] | None = None, **settings: Any) -> Node:
+def connect(
+    *,
+    config: str | os.PathLike[str] | None = None,
+    error_cb: Callable[[AozError], Any] | None = None,
+    **settings: Any,
+) -> Node:
     """Create a node; use it as ``async with aoz.connect(...) as node``.
 
     With no arguments the node joins the mesh through the naming daemon at
@@ -689,7 +772,12 @@ def connect(*, config: str | os.PathLike[str] | None = None, **settings: Any) ->
     Settings also come from ``AOZ_*`` environment variables and ``config=`` (a TOML or
     JSON file).
 
+    ``error_cb`` (as nats.py's) is called, plain or ``async``, with
+    :class:`aoz.MessagesLost` when a subscription is losing messages (at most every 5 s
+    per subscription, with the totals) and with :class:`aoz.ClosedError` when the node
+    fails: what an application without logging configured would otherwise miss.
+
     >>> async with aoz.connect(bind=["tcp://127.0.0.1:*"]) as node:  # doctest: +SKIP
     ...     await node.publish("greeting", "hello")
     """
-    return Node(load_settings(settings, config=config))
+    return Node(load_settings(settings, config=config), error_cb=error_cb)

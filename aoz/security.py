@@ -39,16 +39,19 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
+from typing import Any
 
 import zmq
 from zmq.utils import z85
 
+from ._errmap import drain_error, mapped, tolerated
 from .errors import ConfigError
 
 __all__ = [
     "ZAP_ENDPOINT",
+    "DataCurve",
     "ZapThread",
     "keypair",
     "public_key",
@@ -97,10 +100,12 @@ def public_key(secret: str) -> str:
     >>> public_key(sec) == pub
     True
     """
+    what = "not a CURVE secret key: expected 40 characters of Z85 text"
     try:
-        return zmq.curve_public(secret.encode("ascii")).decode("ascii")
-    except (ValueError, UnicodeEncodeError, zmq.ZMQError) as exc:
-        raise ConfigError("not a CURVE secret key: expected 40 characters of Z85 text") from exc
+        with mapped(what):
+            return zmq.curve_public(secret.encode("ascii")).decode("ascii")
+    except (ValueError, UnicodeEncodeError) as exc:  # refused before ZeroMQ saw it
+        raise ConfigError(what) from exc
 
 
 def _check_key(text: str, where: str) -> str:
@@ -189,17 +194,16 @@ class ZapThread:
     def _run(self) -> None:
         sock = self._sock
         try:
-            while not self._stop.is_set():
-                if not sock.poll(100):
-                    continue
-                request = sock.recv_multipart()
-                reply, ok = zap_reply(request, self.allowed)
-                if not ok:
-                    self.denied += 1
-                    log.info("refused a naming-plane client: %s", reply[3].decode())
-                sock.send_multipart(reply)
-        except zmq.ZMQError as exc:  # context terminated under us
-            log.debug("ZAP thread ended: %s", exc)
+            with tolerated("the ZAP thread ended", "its context was terminated under it"):
+                while not self._stop.is_set():
+                    if not sock.poll(100):
+                        continue
+                    request = sock.recv_multipart()
+                    reply, ok = zap_reply(request, self.allowed)
+                    if not ok:
+                        self.denied += 1
+                        log.info("refused a naming-plane client: %s", reply[3].decode())
+                    sock.send_multipart(reply)
         finally:
             sock.close(linger=0)
 
@@ -209,3 +213,67 @@ class ZapThread:
             self._thread.join()
         else:
             self._sock.close(linger=0)
+
+
+class DataCurve:
+    """CURVE on a node's data sockets: the XPUB a CURVE server with the mesh's key, the
+    SUB a client with the node's own keypair, and (with ``curve_allow``) a ZAP handler
+    that admits the listed client keys. The node's data plane creates the sockets and
+    its reader drives :meth:`drain_zap`; this class only configures and answers."""
+
+    def __init__(self, ctx: zmq.Context[zmq.Socket[bytes]], settings: Any,
+                 count: Callable[[str, int], None]) -> None:
+        self._ctx = ctx
+        self._s = settings
+        self._count = count
+        self.allowed: set[str] = set()
+        self.zap: zmq.Socket[bytes] | None = None
+        self.closing = False
+
+    def apply(self, pub: zmq.Socket[bytes], sub: zmq.Socket[bytes]) -> None:
+        """Configure ``pub`` and ``sub``; opens the ZAP socket when there is an
+        allow-list. Raises ConfigError for an invalid key."""
+        s = self._s
+        assert s.curve_server_public and s.curve_server_secret
+        public, secret = s.curve_public, s.curve_secret
+        if public is None or secret is None:
+            public, secret = keypair()
+        if s.curve_allow is not None:
+            self.allowed = {*s.curve_allow, public}  # self-delivery is always allowed
+            zap: zmq.Socket[bytes] = self._ctx.socket(zmq.REP)
+            zap.setsockopt(zmq.LINGER, 0)
+            zap.bind(ZAP_ENDPOINT)
+            self.zap = zap
+        try:
+            pub.setsockopt(zmq.CURVE_SERVER, 1)
+            pub.setsockopt(zmq.CURVE_SECRETKEY, s.curve_server_secret.encode("ascii"))
+            pub.setsockopt(zmq.ZAP_DOMAIN, b"aoz")
+            sub.setsockopt(zmq.CURVE_SERVERKEY, s.curve_server_public.encode("ascii"))
+            sub.setsockopt(zmq.CURVE_PUBLICKEY, public.encode("ascii"))
+            sub.setsockopt(zmq.CURVE_SECRETKEY, secret.encode("ascii"))
+        except (zmq.ZMQError, UnicodeEncodeError) as exc:
+            raise ConfigError(
+                f"invalid CURVE key ({exc}): keys are 40-character Z85 strings; "
+                "make them with aoz.security.keypair()"
+            ) from exc
+
+    def drain_zap(self, sock: zmq.Socket[bytes]) -> int:
+        """Answer the ZAP requests waiting on ``sock`` (the data plane's reader calls it)."""
+        n = 0
+        try:
+            while n < _ZAP_BATCH:
+                request = sock.recv_multipart(zmq.NOBLOCK)
+                n += 1
+                reply, allowed = zap_reply(request, self.allowed)
+                if not allowed:
+                    self._count("auth_denied", 1)
+                    log.info("denied a data subscriber: %s", reply[3].decode())
+                sock.send_multipart(reply)
+        except zmq.Again:
+            pass
+        except zmq.ZMQError as exc:
+            drain_error(exc, "answering authentication requests", closing=self.closing)
+        return n
+
+
+_ZAP_BATCH = 1024

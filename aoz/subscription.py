@@ -60,7 +60,6 @@ class Mailbox(Generic[T]):
     """A bounded single-consumer queue fed synchronously from the event loop."""
 
     __slots__ = (
-        "_block",
         "_closed",
         "_error",
         "_held",
@@ -70,6 +69,7 @@ class Mailbox(Generic[T]):
         "_on_room",
         "_queue",
         "_waiters",
+        "blocking",
         "drop_oldest",
         "dropped",
         "overflow",
@@ -86,7 +86,9 @@ class Mailbox(Generic[T]):
         self._limit = limit
         self.overflow: Overflow = overflow
         self.drop_oldest = overflow == "drop_oldest"
-        self._block = overflow == "block"
+        #: overflow="block": the drain pushes one message at a time, and a full queue holds
+        #: the data plane (read by both hot-path twins)
+        self.blocking = overflow == "block"
         self._on_full: Callable[[], None] | None = None
         self._on_room: Callable[[], None] | None = None
         self._held = False  # told the producer to stop
@@ -96,6 +98,11 @@ class Mailbox(Generic[T]):
         self._on_close = on_close
         self.received = 0
         self.dropped = 0
+
+    def backpressure(self, on_full: Callable[[], None], on_room: Callable[[], None]) -> None:
+        """With ``overflow="block"``: call ``on_full`` when the queue fills (the data
+        plane stops reading) and ``on_room`` when it has room again."""
+        self._on_full, self._on_room = on_full, on_room
 
     # -- producer side (event loop, never blocks) -------------------------------------------
     def push(self, item: T) -> None:
@@ -108,7 +115,7 @@ class Mailbox(Generic[T]):
                 return
             q.popleft()
         q.append(item)
-        if self._block and len(q) >= self._limit and not self._held:
+        if self.blocking and len(q) >= self._limit and not self._held:
             self._held = True
             if self._on_full is not None:
                 self._on_full()
@@ -210,6 +217,10 @@ class Mailbox(Generic[T]):
     def _ended(self) -> BaseException:
         return self._error if self._error is not None else StopAsyncIteration()
 
+    async def get(self) -> T:
+        """The next item, waiting for one; raises when the mailbox has ended."""
+        return await self._get()
+
     async def _get(self) -> T:
         while True:
             if self._queue:
@@ -263,7 +274,7 @@ class Subscription(Mailbox["Message"]):
     overflow policy drops messages and counts them (:meth:`statistics`).
     """
 
-    __slots__ = ("_warned_at", "lost", "pattern")
+    __slots__ = ("_warned_at", "lost", "on_loss", "pattern")
 
     def __init__(
         self,
@@ -276,6 +287,9 @@ class Subscription(Mailbox["Message"]):
         self.pattern = pattern
         self.lost = 0
         self._warned_at = -_WARN_EVERY
+        #: called (at most every 5 s) when this subscription is losing messages: the
+        #: node's ``error_cb`` hook (aoz.connect(error_cb=...))
+        self.on_loss: Callable[[Subscription], None] | None = None
 
     def _overflowed(self) -> None:
         self._warn()
@@ -295,6 +309,8 @@ class Subscription(Mailbox["Message"]):
                 "send_policy='block' on the publisher", self.pattern.text, self.dropped,
                 self._limit, self.lost,
             )
+            if self.on_loss is not None:
+                self.on_loss(self)
 
     def __aiter__(self) -> Subscription:
         return self

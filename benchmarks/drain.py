@@ -1,7 +1,7 @@
 """``python -m benchmarks.drain``: CPU time per frame of the node's receive path.
 
 No sockets and no second process: a stand-in socket hands the data plane's drain
-(:meth:`aoz.dataplane.DataPlane._drain_sub`) ready-made 100 B frames, and
+(:meth:`aoz.receive.Receiver.drain`) ready-made 100 B frames, and
 ``time.process_time`` measures the drain (routing, sequence check, one Message,
 the queue push) and then ``msg.data`` on each queued message. Cases run in
 interleaved rounds; the table gives the median ns per frame and the ratios that the
@@ -20,11 +20,9 @@ import time
 
 import zmq
 
-from aoz.config import Settings
-from aoz.dataplane import DataPlane
-from aoz.interest import InterestSet
 from aoz.protocol.sequence import encode_header
 from aoz.protocol.subjects import compile_pattern
+from aoz.receive import Receiver
 from aoz.routing import RoutingTable
 from aoz.subscription import Subscription
 
@@ -52,8 +50,7 @@ def measure(pattern: str, sequenced: bool, n: int) -> tuple[float, float]:
     routes: RoutingTable[Subscription] = RoutingTable()
     sub = Subscription(compile_pattern(pattern), n + 1, "drop_newest", lambda: None)
     routes.add(sub.pattern, sub)
-    plane = DataPlane(Settings(mode="static", bind=["tcp://127.0.0.1:*"]), routes,
-                      InterestSet(), lambda *a: None, None, b"_INBOX.bench")  # type: ignore[arg-type]
+    plane = Receiver(routes, None, lambda *a: None)  # type: ignore[arg-type]
     body = b"x" * 100
     head = SUBJECT + b"\0\x01\0"
     frames = [head + (encode_header(0, 7, i + 1) if sequenced else b"\0") + body
@@ -61,7 +58,7 @@ def measure(pattern: str, sequenced: bool, n: int) -> tuple[float, float]:
     feed = _Feed(frames)
     t0 = time.process_time()
     while feed.i < n:
-        plane._drain_sub(feed)  # type: ignore[arg-type]
+        plane.drain(feed)  # type: ignore[arg-type]
     t1 = time.process_time()
     for msg in sub._queue:
         _ = msg.data

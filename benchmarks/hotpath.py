@@ -1,7 +1,7 @@
 """``python -m benchmarks.hotpath``: the compiled hot path against its pure-Python twin.
 
 Both implementations live in one process (``aoz._speedups`` and the twins in
-``aoz.dataplane``), so they are measured side by side in interleaved rounds, in CPU
+``aoz._hotpath``), so they are measured side by side in interleaved rounds, in CPU
 time of this thread (``time.thread_time``), which a shared machine disturbs far less
 than end-to-end rates:
 
@@ -30,14 +30,14 @@ from typing import Any
 import zmq
 
 import aoz
-from aoz import dataplane
-from aoz.config import Settings
-from aoz.dataplane import DataPlane, _drain_sub_py, _SenderPy
-from aoz.interest import InterestSet
+from aoz import hotpath
+from aoz._hotpath import Sender as _SenderPy
+from aoz._hotpath import drain_sub as _drain_sub_py
 from aoz.protocol.builder import FrameBuilder
 from aoz.protocol.codecs import Codec
 from aoz.protocol.sequence import encode_header
 from aoz.protocol.subjects import compile_pattern
+from aoz.receive import Receiver
 from aoz.routing import RoutingTable
 from aoz.subscription import Subscription
 
@@ -57,9 +57,7 @@ def receive(drain: Callable[[Any, Any], int], n: int) -> tuple[float, float]:
     routes: RoutingTable[Subscription] = RoutingTable()
     sub = Subscription(compile_pattern(SUBJECT), n + 1, "drop_newest", lambda: None)
     routes.add(sub.pattern, sub)
-    plane = DataPlane(Settings(mode="static", bind=["tcp://127.0.0.1:*"]), routes,
-                      InterestSet(), lambda *a: None, None, b"_INBOX.bench")  # type: ignore[arg-type]
-    plane._ctx.term()
+    plane = Receiver(routes, None, lambda *a: None)  # type: ignore[arg-type]
     head = SUBJECT.encode() + b"\0\x01\0"
     feed = _Feed([head + encode_header(0, 7, i + 1) + BODY for i in range(n)])
     t0 = time.thread_time()
@@ -153,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                                     ("python", _SenderPy, None)):
             add(f"Sender.publish {name}", send(sender, entry, args.n))
         p, raw = asyncio.run(node_publish(args.n))
-        add(f"await node.publish ({dataplane.HOT_PATH})", p)
+        add(f"await node.publish ({hotpath.HOT_PATH})", p)
         add("raw sock.send", raw)
     med = {k: statistics.median(v) for k, v in figures.items()}
     print(f"{'CPU per message (this thread)':42s} {'median ns':>10s} {'min-max':>14s}")

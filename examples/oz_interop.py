@@ -32,7 +32,7 @@ async def main() -> None:
     try:
         # default_codec="omnm": dicts go out as omnm, like every OZ program's payloads
         async with aoz.connect(bind=["tcp://127.0.0.1:*"], default_codec="omnm") as node:
-            node.connect_peer(oz_pub.getsockopt_string(zmq.LAST_ENDPOINT))
+            node.connect_endpoint(oz_pub.getsockopt_string(zmq.LAST_ENDPOINT))
             oz_sub.connect(node.endpoint)
             oz_sub.subscribe(b"MD.NYSE.IBM\0")  # the OZ program listens to IBM quotes
             await node.wait_for_interest("MD.NYSE.IBM")  # ...and its filter reached us

@@ -8,7 +8,7 @@ right set without anyone listing it:
 - ``twin``: every test under one of ``TWIN_DIRS``, or in a module that says
   ``pytestmark = pytest.mark.twin``. These run a node's data plane in this process: the
   receive drain, the sender and the publish entries, the one part of aoz that exists
-  twice (compiled in ``aoz/_speedups.pyx``, pure Python in ``aoz/dataplane.py``). `make
+  twice (compiled in ``aoz/_speedups.pyx``, pure Python in ``aoz/_hotpath.py``). `make
   test` runs them a second time with ``AOZ_PURE_PYTHON=1``; every other test runs the
   same Python code on either path (``aoz/protocol/``, ``aoz/message.py`` and
   ``aoz/subscription.py`` are one source for both; only what the data plane feeds them
@@ -33,6 +33,11 @@ import pytest
 
 import aoz
 
+# autouse: sockets, tasks and descriptors back to baseline after each node test
+from .leaks import leak_check, no_leaked_sockets_or_fds
+
+__all__ = ["leak_check", "no_leaked_sockets_or_fds"]
+
 TESTS = Path(__file__).resolve().parent
 
 #: the directories whose tests all exercise the data plane's hot path (see above)
@@ -47,7 +52,7 @@ async def static_pair() -> AsyncIterator[tuple[aoz.Node, aoz.Node]]:
         b = await stack.enter_async_context(
             aoz.connect(bind=["tcp://127.0.0.1:*"], connect=[a.endpoint])
         )
-        a.connect_peer(b.endpoint)
+        a.connect_endpoint(b.endpoint)
         yield a, b
 
 
@@ -57,6 +62,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "twin: runs the data plane's hot path; `make test` runs it on both twins "
         "(set by tests/conftest.py for TWIN_DIRS)",
     )
+    config.addinivalue_line("markers", "leaks_ok(why): the leak check skips this test")
 
 
 SPARK_FIXTURES = frozenset({"spark", "spark_cluster"})
@@ -82,3 +88,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_report_header(config: pytest.Config) -> str:
     # CI runs the suite on each hot path (see the Makefile); say which this run is on
     return f"aoz hot path: {aoz.hot_path()}"
+

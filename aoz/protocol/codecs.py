@@ -10,7 +10,9 @@ id     codec          chosen by :func:`encode_payload` for
 ``O``  ``OMNM``       an :class:`aoz.omnm.Message` (or ``codec=Codec.OMNM``)
 =====  =============  ===============================================
 
-OMNM payloads are OpenMAMA's own format, as OZ programs send it: the ``'O'`` that starts
+Every first byte aoz emits on its own is a C0 control byte (0x00-0x07; see
+:mod:`aoz.protocol.sequence` for why: OZ programs crash on 0x7F and above). OMNM
+payloads are OpenMAMA's own format, as OZ programs send it: the ``'O'`` that starts
 every omnm message is its payload id, so aoz adds no byte of its own and OZ programs
 read the payload as they read each other's. :class:`Verbatim` bytes are sent exactly as
 given (any other OpenMAMA payload bridge's bytes).
@@ -82,6 +84,14 @@ class Verbatim(bytes):
     For payloads in another OpenMAMA payload bridge's format (or anything a foreign
     program expects byte for byte). Receivers that are aoz nodes see them by their
     first byte: ``'O'`` decodes as omnm, 0x00-0x03 as aoz codecs, others as raw bytes.
+
+    .. warning:: Verbatim is the one way aoz sends a first payload byte that the caller
+       chose, and OZ/OpenMAMA programs trust that byte: they index a 127-entry table of
+       payload bridges with it, unchecked. A first byte of 0x7F or more crashes them
+       (undefined behaviour in every OpenMAMA program), and a printable one hands the
+       bytes to that payload bridge's parser. Start Verbatim payloads that OZ programs
+       may receive with the payload id of the bridge that should read them (see
+       docs/PROTOCOL.md, "The OZ-safe first-byte rule").
 
     >>> encode_payload(Verbatim(b"Jqpid..."))
     b'Jqpid...'

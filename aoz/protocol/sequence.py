@@ -1,9 +1,9 @@
 """aoz's sequence header: who published a payload, and its number on that subject. Pure.
 
 The first payload byte is aoz's codec id (SPEC §1 leaves the payload to the payload
-bridge). aoz sets its high bit to say "a sequence header follows"::
+bridge). aoz sets its bit :data:`FLAG` (0x04) to say "a sequence header follows"::
 
-    0x80|codec (1) | publisher id (8, little-endian u64) | sequence (4, little-endian u32) | body
+    0x04|codec (1) | publisher id (8, little-endian u64) | sequence (4, little-endian u32) | body
 
 The publisher id is random per node; the sequence counts the node's publications on
 each subject from 1 and wraps at 2**32. A subscriber keeps the last sequence per
@@ -13,8 +13,18 @@ detected when the next message on that subject arrives; a stream that simply sto
 cannot tell that its tail was lost.
 
 Payloads without the flag (OZ programs' omnm payloads, replies, requests, bytes from
-other libraries) are unsequenced and delivered as they are. OpenMAMA payload ids are
-ASCII letters, so the flagged range 0x80..0x83 cannot collide with them.
+other libraries) are unsequenced and delivered as they are.
+
+Why 0x04..0x07 (the OZ-safe first-byte rule): an OZ program hands every payload's first
+byte to OpenMAMA, which looks it up in a 127-entry table of payload bridges
+(``mamaInternal_findPayload``: ``byChar[(uint8_t)id]``, no bounds check). A first byte of
+0x7F or above reads past that table (undefined behaviour: OZ programs crashed on aoz's
+former 0x80 flag); a byte that names a payload bridge (``'O'`` omnm, ``'W'``, ``'T'``,
+``'1'``, ``'5'``: printable characters, and a dynamically loaded bridge may register
+another) hands aoz's bytes to that bridge's parser. So every first byte aoz emits on its
+own is a C0 control byte: 0x00 (OpenMAMA's "no payload", refused at once) to 0x07, and
+0x08..0x1F are kept for aoz's future payload flags. Only ``Verbatim`` (the caller's own
+bytes) and omnm (``'O'``, when omnm is asked for) send another first byte.
 
 >>> h = encode_header(0x01, 7, 1)
 >>> len(h), parse_header(h + b"body")
@@ -28,15 +38,17 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-__all__ = ["FLAG", "HEADER_LEN", "SequenceTracker", "encode_header", "gap", "parse_header"]
+__all__ = ["FLAG", "HEADER_LEN", "SequenceTracker", "encode_header", "gap", "is_sequenced",
+           "parse_header"]
 
 #: set in the codec byte when a sequence header follows
-FLAG: Final = 0x80
+FLAG: Final = 0x04
 #: codec byte + publisher id + sequence
 HEADER_LEN: Final = 13
 #: publisher id and sequence, after the codec byte
 PACK: Final = struct.Struct("<QI")
 _WRAP: Final = 2**32
+_CODECS: Final = 4  # aoz's codec ids 0..3 (aoz.protocol.codecs.AOZ_CODEC_IDS)
 #: a jump backwards or further than this is a restarted stream, not a loss
 _MAX_GAP: Final = 2**31
 
@@ -49,10 +61,19 @@ def encode_header(codec_id: int, publisher: int, sequence: int) -> bytes:
 def parse_header(payload: bytes, start: int = 0) -> tuple[int, int, int, int] | None:
     """``(codec_id, publisher, sequence, body_start)`` of a sequenced payload starting at
     ``start``, or ``None`` when the payload carries no (complete) sequence header."""
-    if len(payload) < start + HEADER_LEN or not payload[start] & FLAG:
+    if len(payload) < start + HEADER_LEN or not is_sequenced(payload[start]):
         return None
     publisher, sequence = PACK.unpack_from(payload, start + 1)
-    return payload[start] & ~FLAG & 0xFF, publisher, sequence, start + HEADER_LEN
+    return payload[start] ^ FLAG, publisher, sequence, start + HEADER_LEN
+
+
+def is_sequenced(first: int) -> bool:
+    """Whether a payload's first byte says a sequence header follows (0x04..0x07).
+
+    >>> [b for b in range(256) if is_sequenced(b)]
+    [4, 5, 6, 7]
+    """
+    return first ^ FLAG < _CODECS
 
 
 def gap(last: int | None, sequence: int) -> int:

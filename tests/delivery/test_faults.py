@@ -59,7 +59,7 @@ async def test_publish_then_exit_delivers_everything() -> None:
         with role("pubexit", {"subject": "EXIT", "n": n,
                               "settings": {"send_policy": "block"}}) as pub:
             ready = await pub.event("ready")
-            sub_node.connect_peer(ready["endpoint"])
+            sub_node.connect_endpoint(ready["endpoint"])
             got = 0
             last = 0
             with anyio.fail_after(60):
@@ -127,7 +127,7 @@ async def test_frozen_peer_is_expired_and_not_reported_up_while_frozen() -> None
                 async for ev in events:
                     assert ev.peer.uuid != info["uuid"], ev
             assert info["uuid"] not in {p.uuid for p in node.peers}
-            assert not node.link_up(info["endpoint"])
+            assert not node._links.up(info["endpoint"])
             await events.aclose()
 
 
@@ -135,10 +135,10 @@ async def test_churn_leaves_the_tables_at_their_baseline() -> None:
     from aoz.discovery.nsd import NamingDaemon
 
     async with NamingDaemon(port=0) as nsd, aoz.connect(naming=[nsd.endpoint], **FAST) as node:
-        plane = node._plane
+        links = node._plane.links
 
         def sizes() -> tuple[int, ...]:
-            return (len(plane._connected), len(plane._link_state), len(plane._pending_disconnects),
+            return (len(links.connected), len(links._state), len(links._pending),
                     len(node._links._seen), len(node.peers), len(node._interest))
 
         events = node.peer_events(links=True)

@@ -35,7 +35,7 @@ def test_gap_arithmetic() -> None:
 
 def test_header_round_trip() -> None:
     h = encode_header(2, 2**64 - 1, 2**32 + 5)
-    assert len(h) == HEADER_LEN and h[0] == 0x82
+    assert len(h) == HEADER_LEN and h[0] == 0x06
     assert parse_header(h + b"{}") == (2, 2**64 - 1, 5, HEADER_LEN)
     assert parse_header(b"\x02{}") is None
     assert parse_header(h[:-1]) is None
@@ -68,7 +68,7 @@ async def test_unsequenced_node_sends_plain_payloads(
 ) -> None:
     _, b = static_pair
     async with aoz.connect(bind=["tcp://127.0.0.1:*"], sequence=False) as plain:
-        b.connect_peer(plain.endpoint)
+        b.connect_endpoint(plain.endpoint)
         async with b.subscribe("PLAIN") as sub:
             await plain.wait_for_interest("PLAIN")
             await plain.publish("PLAIN", b"raw")
@@ -171,16 +171,18 @@ def test_tracker_is_bounded() -> None:
         assert t.count <= 10
 
 
-async def test_a_foreign_payload_with_the_high_bit_set_is_not_taken_for_a_sequence(
+async def test_a_foreign_payload_outside_the_sequenced_range_is_not_taken_for_one(
     static_pair: tuple[aoz.Node, aoz.Node],
 ) -> None:
     """A payload that is not aoz's (Verbatim, another program's bytes) may start with a
-    byte of 0x84..0xff (0x80..0x83 are aoz's sequenced codecs): with 12 bytes after it, it
-    must not be read as a sequence header, or random 'numbers' would count as lost."""
+    byte of 0x10..0xff (0x04..0x0F are aoz's flagged codecs: sequence header, headers;
+    0x80..0x83 were before the OZ-safe rule): with 12 bytes after it, it must not be read
+    as a sequence header, or random 'numbers' would count as lost."""
     a, b = static_pair
     async with b.subscribe("FOREIGN") as sub:
         await a.wait_for_interest("FOREIGN")
-        bodies = [bytes([0x84 + i]) + struct.pack("<QI", 1000, 7 * i) + b"zz"
+        firsts = [*range(0x10, 0x20), *range(0x80, 0x84), 0x84, 0xC4, 0xFF]
+        bodies = [bytes([firsts[i % len(firsts)]]) + struct.pack("<QI", 1000, 7 * i) + b"zz"
                   for i in range(50)]
         for body in bodies:
             await a.publish("FOREIGN", aoz.Verbatim(body))

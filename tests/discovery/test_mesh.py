@@ -245,8 +245,9 @@ async def test_raw_spec_peer_is_discovered_and_receives_publications() -> None:
                 await node.publish("RAW.T", b"to-oz")
                 data = await raw.data_sub.recv()
             # SPEC §1: subject, NUL, type, NUL, payload; the payload is aoz's: the codec byte
-            # with the sequence flag (raw | 0x80), the publisher id, the number (1), the body
-            assert data[:9] == b"RAW.T\0\x01\0\x80"
+            # with the sequence flag (raw | 0x04: below 0x7F, OZ-safe), the publisher id,
+            # the number (1), the body
+            assert data[:9] == b"RAW.T\0\x01\0\x04"
             assert parse_header(data, 8) == (0, node._frames.publisher, 1, 8 + HEADER_LEN)
             assert data[8 + HEADER_LEN :] == b"to-oz"
         finally:

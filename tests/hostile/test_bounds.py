@@ -144,7 +144,7 @@ async def test_a_peer_sending_more_than_max_message_size_is_cut_off() -> None:
         aoz.connect(bind=["tcp://127.0.0.1:*"]) as a,
         aoz.connect(bind=["tcp://127.0.0.1:*"], connect=[], max_message_size=limit) as b,
     ):
-        b.connect_peer(a.endpoint)
+        b.connect_endpoint(a.endpoint)
         async with b.subscribe("BIG.x") as sub:
             await a.wait_for_interest("BIG.x", timeout=10)
             await a.publish("BIG.x", b"x" * (2 * limit))  # b drops the link at the header

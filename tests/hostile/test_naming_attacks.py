@@ -48,7 +48,7 @@ async def stream(a: aoz.Node, b: aoz.Node, n: int, attack: Any) -> int:
     got: set[int] = set()
     async with b.subscribe("HOSTILE.T") as sub:
         await a.wait_for_interest("HOSTILE.T")
-        await eventually(lambda: b.link_up(a.endpoint), "b's data link to a is up")
+        await eventually(lambda: b._links.up(a.endpoint), "b's data link to a is up")
 
         async def collect() -> None:
             with anyio.move_on_after(n * 0.002 + 10):
@@ -129,7 +129,7 @@ async def test_a_real_goodbye_still_disconnects() -> None:
     async with NamingDaemon(port=0) as nsd, aoz.connect(naming=[nsd.endpoint], **FAST) as b:
         async with aoz.connect(naming=[nsd.endpoint], **FAST) as a:
             await b.wait_for_peer(a.uuid)
-            await eventually(lambda: b.link_up(a.endpoint), "b's data link to a is up")
+            await eventually(lambda: b._links.up(a.endpoint), "b's data link to a is up")
         # a sent D and closed its publisher: the link going down confirms the goodbye
         await eventually(lambda: a.uuid not in {p.uuid for p in b.peers}, "a left b's table")
         assert disc(b)["peers_left"] == 1
@@ -137,7 +137,7 @@ async def test_a_real_goodbye_still_disconnects() -> None:
 
 async def test_an_impostor_uuid_on_a_live_peers_endpoint_evicts_nobody() -> None:
     async with mesh() as (nsd, a, b), naming_attacker(nsd.xsub_endpoint) as evil:
-        await eventually(lambda: b.link_up(a.endpoint), "b's data link to a is up")
+        await eventually(lambda: b._links.up(a.endpoint), "b's data link to a is up")
         before = disc(b)["naming_conflicts"]
         await evil.send(forged(C, new_uuid(), a.endpoint))
         await eventually(lambda: disc(b)["naming_conflicts"] > before, "b judged the impostor")

@@ -1,4 +1,4 @@
-"""The compiled hot path (aoz/_speedups.pyx) and its pure-Python twin in aoz/dataplane.py
+"""The compiled hot path (aoz/_speedups.pyx) and its pure-Python twin in aoz/_hotpath.py
 behave the same: the same frames leave the same messages, counters and calls behind,
 and the same publish calls put the same bytes on the wire.
 
@@ -19,16 +19,18 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aoz import dataplane
-from aoz.config import Overflow, Settings
-from aoz.dataplane import DataPlane, _drain_sub_py, _SenderPy
+from aoz import _hotpath, hotpath
+from aoz._hotpath import Sender as _SenderPy
+from aoz._hotpath import drain_sub as _drain_sub_py
+from aoz.config import Overflow
 from aoz.errors import EncodeError, SubjectError, WouldBlock
-from aoz.interest import InterestSet
 from aoz.protocol.builder import FrameBuilder
 from aoz.protocol.codecs import Codec, Verbatim
 from aoz.protocol.frames import encode_publish, encode_reply, make_handle
+from aoz.protocol.headers import encode_block
 from aoz.protocol.sequence import encode_header
 from aoz.protocol.subjects import compile_pattern
+from aoz.receive import Receiver
 from aoz.routing import RoutingTable
 from aoz.subscription import Subscription
 
@@ -52,10 +54,10 @@ def test_the_compiled_hot_path_is_built_where_it_can_be() -> None:
         pytest.skip("no C compiler on this machine: the pure-Python path is expected")
     pytest.importorskip("Cython", reason="Cython is not installed")
     assert _speedups is not None, "aoz._speedups was not built; run `pip install -e .`"
-    assert _speedups.ABI == dataplane._HOT_PATH_ABI
+    assert _speedups.ABI == _hotpath.ABI and _speedups.CONSTANTS == _hotpath.CONSTANTS
     pure = os.environ.get("AOZ_PURE_PYTHON", "") not in ("", "0")
-    assert ("python" if pure else "compiled") == dataplane.HOT_PATH
-    assert (dataplane.Sender is _SenderPy) == pure
+    assert ("python" if pure else "compiled") == hotpath.HOT_PATH
+    assert (hotpath.Sender is _SenderPy) == pure
 
 
 # ---------------------------------------------------------------------- receive side
@@ -80,21 +82,18 @@ class Feed:
 SubSpec = tuple[str, int, Overflow]
 
 
-def make_plane(specs: list[SubSpec]) -> tuple[DataPlane, list[Subscription], list[Any]]:
+def make_plane(specs: list[SubSpec]) -> tuple[Receiver, list[Subscription], list[Any]]:
     routes: RoutingTable[Subscription] = RoutingTable()
     replies: list[Any] = []
-    plane = DataPlane(
-        Settings(mode="static", bind=["tcp://127.0.0.1:*"]), routes, InterestSet(),
+    plane = Receiver(
+        routes, None,  # type: ignore[arg-type]
         lambda subject, frame, start, now: replies.append((subject, frame, start)),
-        None,  # type: ignore[arg-type]
-        b"_INBOX." + NODE.encode(),
     )
-    plane._ctx.term()  # no socket is opened here
     subs = []
     for pattern, size, overflow in specs:
         sub = Subscription(compile_pattern(pattern), size, overflow, lambda: None)
         if overflow == "block":
-            sub._on_full, sub._on_room = plane.hold, plane.release
+            sub.backpressure(plane.hold, plane.release)
         routes.add(sub.pattern, sub)
         subs.append(sub)
     return plane, subs, replies
@@ -114,7 +113,7 @@ def run(drain: Any, specs: list[SubSpec], frames: list[bytes], error: int | None
         except Exception as exc:
             raised.append(f"{type(exc).__name__}: {exc}")
             break
-        if feed.i >= len(frames) and not plane._holds:
+        if feed.i >= len(frames) and not plane.holds:
             break
         for s in subs:  # a consumer catches up
             while s.overflow == "block" and s.pending > s._limit // 2:
@@ -129,7 +128,7 @@ def run(drain: Any, specs: list[SubSpec], frames: list[bytes], error: int | None
             for s in subs
         ],
         "plane": (plane.messages_in, plane.bytes_in, plane.malformed, plane.lost,
-                  plane._holds),
+                  plane.holds),
         "replies": replies,
         "sequences": (plane.sequences.last_seen, plane.sequences._streams,
                       plane.sequences.count),
@@ -150,7 +149,7 @@ def frames(draw: st.DrawFn) -> bytes:
     subject = draw(st.sampled_from(SUBJECTS))
     body = draw(st.binary(max_size=20))
     kind = draw(st.sampled_from(["seq", "seq", "seq", "plain", "request", "request",
-                                 "reply", "junk", "short"]))
+                                 "reply", "junk", "short", "headers"]))
     if kind == "seq":
         pid = draw(st.sampled_from([1, 2, 2**64 - 1]))
         seq = draw(st.integers(0, 2**32 - 1) | st.integers(1, 12))
@@ -170,7 +169,15 @@ def frames(draw: st.DrawFn) -> bytes:
         return draw(st.sampled_from([HANDLE, b"_INBOX.x", b"A"])) + b"\0\x03" + \
             draw(st.sampled_from([b"\0", b"\x01"])) + body
     if kind == "short":  # a sequence flag without a whole header
-        return subject + b"\0\x01\0\x80" + body[:11]
+        return subject + b"\0\x01\0\x04" + body[:11]
+    if kind == "headers":  # a header block, with or without a sequence header, maybe cut
+        seq = draw(st.sampled_from([b"", encode_header(1, 5, draw(st.integers(1, 9)))[1:]]))
+        first = 0x09 | (0x04 if seq else 0)
+        block = encode_block(draw(st.dictionaries(st.text(max_size=4), st.text(max_size=4),
+                                                  max_size=2)))
+        cut = draw(st.sampled_from([None, None, 1, 3]))
+        payload = bytes((first,)) + seq + block + body
+        return publish(subject, payload if cut is None else payload[:cut])
     return draw(st.binary(max_size=40))
 
 
@@ -278,9 +285,16 @@ def drive(sender_type: Any, sequenced: bool, entry: Any = None
         except EncodeError as exc:
             outcomes.append(f"EncodeError: {exc}")
         sender.publish("A", b"after", None)
+        # the block policy's side: built and numbered, then sent by the caller
+        built = [sender.build("A", b"built", None), sender.build("B.C", {"b": 1}, None),
+                 sender.build("N", b"new subject", None)]
+        for frame in built:
+            sender.send(frame)
+        outcomes.append(built)
         received = wire.received()
         # every _YIELD_EVERY publishes the sender says "let the loop run", on both paths
         outcomes.append([i for i in range(600) if sender.publish("Y", b"", None)])
+        outcomes.append([i for i in range(300) if sender.due()])
         return outcomes, received, sender.messages_out, sender.bytes_out
     finally:
         wire.close()
@@ -294,14 +308,15 @@ def test_the_senders_put_the_same_bytes_on_the_wire(sequenced: bool) -> None:
     # a compiled Sender with the pure builder's entries takes the general path, alike
     assert drive(_speedups.Sender, sequenced) == b
     outcomes, wire, messages, nbytes = a
-    assert outcomes.count("sent") == 10 and len(wire) == 15 and messages == 615
-    assert outcomes[-1] == [255 - 12, 511 - 12]  # 12 publish calls came before the loop
+    assert outcomes.count("sent") == 10 and len(wire) == 18 and messages == 618
+    assert outcomes[-2] == [255 - 12, 511 - 12]  # 12 publish calls came before the loop
+    assert outcomes[-1] == [256 - (12 + 600 - 512) - 1]  # due() counts on from there
     assert nbytes == sum(map(len, wire)) + 600 * len(b"Y\0\x01\0") + (
         600 * (1 + 12) if sequenced else 600)
-    assert outcomes[-3] == 4 and outcomes[-2].startswith("EncodeError")
+    assert outcomes[-5] == 4 and outcomes[-4].startswith("EncodeError")
     if sequenced:  # the failed batch numbered nothing: "after" follows "s"
         numbers = {f[17:]: int.from_bytes(f[13:17], "little") for f in wire
-                   if f[:2] == b"A\0" and f[4] & 0x80}
+                   if f[:2] == b"A\0" and f[4] & 0x04}
         assert numbers[b"after"] == numbers[b"s"] + 1, numbers
 
 
@@ -338,8 +353,9 @@ def test_the_selected_path_is_reported() -> None:
     import aoz
 
     assert aoz.hot_path() in ("compiled", "python")
-    assert aoz.hot_path() == dataplane.HOT_PATH
-    assert sys.modules["aoz.dataplane"].HOT_PATH == dataplane.HOT_PATH
+    assert aoz.hot_path() == hotpath.HOT_PATH
+    assert hotpath.implementation() is (_hotpath if hotpath.HOT_PATH == "python"
+                                        else _speedups)
 
 
 def test_without_the_extension_the_pure_path_runs_by_itself() -> None:

@@ -149,7 +149,7 @@ def test_blocking_facade_from_two_threads() -> None:
         aoz.BlockingNode(bind=["tcp://127.0.0.1:*"]) as server,
         aoz.BlockingNode(bind=["tcp://127.0.0.1:*"], connect=[server.endpoint]) as client,
     ):
-        server._call(server.node.connect_peer, client.endpoint)
+        server._call(server.node.connect_endpoint, client.endpoint)
         requests = server.subscribe("svc.add")
         results: dict[int, list[int]] = {0: [], 1: []}
         errors: list[BaseException] = []

@@ -12,7 +12,6 @@ import zmq
 import zmq.asyncio
 
 import aoz
-import aoz.dataplane
 import aoz.routing
 from aoz.security import keypair
 
@@ -107,7 +106,7 @@ async def test_respond_to_a_gone_requester_does_not_block() -> None:
     try:
         async with aoz.connect(bind=["tcp://127.0.0.1:*"]) as node:
             port = raw.bind_to_random_port("tcp://127.0.0.1")
-            node.connect_peer(f"tcp://127.0.0.1:{port}")
+            node.connect_endpoint(f"tcp://127.0.0.1:{port}")
             async with node.subscribe("svc") as sub:
                 handle = b"_INBOX.3669840e-d043-11ea-adc2-fcaa146e6b01.0000000000000001"
                 req = b"svc\x00\x02" + handle + b"\x00\x00q"

@@ -1,0 +1,162 @@
+"""Peer links: the data SUB's connections to peers' publishers, and what each one is.
+
+Owns, per endpoint the SUB connects to: whether aoz wants it connected, a pending
+disconnect (a departed peer's link may still drain for a short grace), and its state
+as the SUB's monitor reports it (up after ``HANDSHAKE_SUCCEEDED``, down after
+``DISCONNECTED``/``CLOSED``); and the :class:`~aoz.sockopts.HandshakeGuard` fed the same
+events, which stops libzmq's retry loop after failed handshakes and reconnects on a
+back-off. Both directions of a link, and the events users see, are
+:mod:`aoz.liveness`'s: this room only knows our SUB's side.
+
+It touches the SUB only to connect and disconnect it, and reads the SUB's monitor
+socket; both are created and closed by the data plane (:mod:`aoz.dataplane`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+import zmq
+from zmq.utils.monitor import parse_monitor_message
+
+from ._errmap import drain_error, mapped, tolerated
+from .config import Settings
+from .errors import TransportError
+from .sockopts import HandshakeGuard
+
+__all__ = ["DISCONNECT_GRACE", "PeerLinkTable"]
+
+log = logging.getLogger("aoz.node")
+
+DISCONNECT_GRACE = 0.5  # seconds a departed peer's data link may still drain
+_BATCH = 1024  # monitor events read per wake-up
+
+
+class PeerLinkTable:
+    """The SUB's peer connections (see the module docstring)."""
+
+    def __init__(self, settings: Settings, count: Callable[[str, int], None]) -> None:
+        self.settings = settings
+        self._count = count
+        self.sub: zmq.Socket[bytes] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.connected: set[str] = set()
+        self._pending: dict[str, asyncio.TimerHandle] = {}
+        self._state: dict[str, bool] = {}
+        self._guard: HandshakeGuard | None = None
+        self.closing = False
+        #: re-run the SUB's drain: a socket call may have eaten its fd signal
+        self.kick: Callable[[], None] = lambda: None
+        #: a link's state changed (liveness pushes link events from it)
+        self.on_change: Callable[[], None] = lambda: None
+
+    def attach(self, sub: zmq.Socket[bytes]) -> None:
+        """Manage ``sub``'s connections (called by the data plane once it is set up)."""
+        self.sub = sub
+        self._loop = asyncio.get_running_loop()
+        self._guard = HandshakeGuard(
+            sub, self.settings, wanted=self.connected.__contains__,
+            count=self._count_one,
+        )
+
+    def _count_one(self, counter: str, n: int = 1) -> None:
+        self._count(counter, n)
+
+    def connect(self, endpoint: str) -> None:
+        """Connect the SUB to ``endpoint`` now (raises aoz errors); idempotent."""
+        assert self.sub is not None
+        if endpoint in self.connected:
+            return
+        with mapped(f"cannot connect to {endpoint!r}"):
+            self.sub.connect(endpoint)
+        self.connected.add(endpoint)
+        self.kick()
+
+    def connect_peer(self, endpoint: str) -> None:
+        """Connect to a peer's publisher (idempotent); a failure is counted and logged."""
+        pending = self._pending.pop(endpoint, None)
+        if pending is not None:
+            pending.cancel()  # the peer is back (or a new one took its address)
+            if not self._state.get(endpoint, False):
+                # the old link is gone: connect afresh, not after its leftover back-off
+                self._disconnect_now(endpoint)
+                if self._guard is not None:
+                    self._guard.reset(endpoint)
+        if self.sub is None or self.closing or endpoint in self.connected:
+            return
+        try:
+            self.connect(endpoint)
+        except TransportError as exc:
+            self._count("connect_errors", 1)
+            log.warning("cannot connect to peer %s: %s", endpoint, exc)
+
+    def disconnect_peer(self, endpoint: str) -> None:
+        """Disconnect from a peer's publisher after a short grace period: a peer's
+        goodbye travels through the nsd and can overtake its last data frames (a final
+        reply, say), which would be lost if the link were cut at once."""
+        if self.sub is None or endpoint not in self.connected or self._loop is None:
+            return
+        if endpoint not in self._pending:
+            self._pending[endpoint] = self._loop.call_later(
+                DISCONNECT_GRACE, self._disconnect_now, endpoint
+            )
+
+    def _disconnect_now(self, endpoint: str) -> None:
+        self._pending.pop(endpoint, None)
+        if self.sub is None or self.sub.closed or endpoint not in self.connected:
+            return
+        self.connected.discard(endpoint)
+        self._state.pop(endpoint, None)
+        with tolerated(f"disconnect from {endpoint}", "the link is being dropped anyway"):
+            self.sub.disconnect(endpoint)
+        self.kick()
+
+    def up(self, endpoint: str) -> bool:
+        """Whether the SUB currently has a live connection to ``endpoint``."""
+        return self._state.get(endpoint, False)
+
+    def close(self) -> None:
+        """Cancel pending disconnects (the sockets are closing)."""
+        self.closing = True
+        for handle in self._pending.values():
+            handle.cancel()
+        self._pending.clear()
+
+    def drain_monitor(self, sock: zmq.Socket[bytes]) -> int:
+        """Read the SUB's monitor events: link state and the handshake guard."""
+        n = 0
+        changed = False
+        try:
+            while n < _BATCH:
+                parts = sock.recv_multipart(zmq.NOBLOCK)
+                n += 1
+                try:
+                    ev = parse_monitor_message(parts)
+                    raw = ev["endpoint"]
+                    endpoint = raw.decode() if isinstance(raw, bytes) else str(raw)
+                except (ValueError, KeyError, IndexError, UnicodeDecodeError) as exc:
+                    self._count("monitor_malformed", 1)
+                    log.warning("ignored a malformed ZeroMQ monitor event: %r", exc)
+                    continue
+                if endpoint not in self.connected:
+                    continue  # a link already dropped: keep no state for it
+                if self._guard is not None:
+                    self._guard.event(ev["event"], endpoint, time.monotonic())
+                if ev["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    changed |= self._state.get(endpoint) is not True
+                    self._state[endpoint] = True
+                elif ev["event"] in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED):
+                    changed |= self._state.get(endpoint) is not False
+                    self._state[endpoint] = False
+        except zmq.Again:
+            pass
+        except zmq.ZMQError as exc:
+            drain_error(exc, "reading the data link monitor", closing=self.closing)
+        if changed:
+            self.on_change()
+        if self._guard is not None:  # runs at least every second (the reader's safety)
+            self._guard.tick(time.monotonic())
+        return n

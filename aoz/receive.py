@@ -1,0 +1,120 @@
+"""The receive path: frames off the data SUB -> routing -> subscriptions' mailboxes.
+
+Owns what the hot path's drain reads and writes (:class:`Receiver`, the
+:class:`aoz._hotpath.ReceiveSide` of both twins): the routing table it routes by, the
+sequence tracker (loss per publisher and subject), the back-pressure hold of blocking
+subscriptions, and the receive counters. The per-frame loop itself is the hot path's
+(:mod:`aoz.hotpath`); this room handles what the loop hands back: a sequence that is not
+simply the next number, requests, replies and malformed frames, socket errors.
+
+It owns no socket: the data plane (:mod:`aoz.dataplane`) calls :meth:`Receiver.drain`
+with the SUB when it is readable, and gives it ``kick`` to re-run that drain.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ._errmap import drain_error
+from .errors import AozError
+from .hotpath import drain_sub
+from .message import Message, Responder, data_start
+from .protocol.frames import Kind, decode_frame
+from .protocol.sequence import SequenceTracker
+from .routing import RoutingTable
+from .subscription import Subscription
+
+if TYPE_CHECKING:
+    import zmq
+
+__all__ = ["Receiver"]
+
+log = logging.getLogger("aoz.node")
+
+
+class Receiver:
+    """The receive path's state and its uncommon cases (see the module docstring)."""
+
+    def __init__(
+        self,
+        routes: RoutingTable[Subscription],
+        responder: Responder,
+        on_reply: Callable[[bytes, bytes, int, float], None],
+    ) -> None:
+        self.routes = routes
+        self.responder = responder
+        #: a reply frame: (subject, frame, payload start, time received)
+        self.on_reply = on_reply
+        self.sequences = SequenceTracker()
+        #: the tracker's table the hot path reads (subject -> [publisher, last number])
+        self.last_seen = self.sequences.last_seen
+        self.holds = 0  # subscriptions with overflow="block" that are full
+        self.messages_in = 0
+        self.bytes_in = 0
+        self.malformed = 0
+        self.lost = 0  # messages known missing upstream (sequence gaps), all subscriptions
+        self.closing = False  # set by the data plane: socket errors are expected then
+        #: re-run the drain (set by the data plane once the SUB's reader runs)
+        self.kick: Callable[[], None] = lambda: None
+
+    def drain(self, sock: zmq.Socket[bytes]) -> int:
+        """Drain up to a batch of frames of the data SUB (the hot path)."""
+        return drain_sub(self, sock)
+
+    def sequence(
+        self, subject: bytes, publisher: int, seq: int, msg: Message,
+        subs: tuple[Subscription, ...],
+    ) -> None:
+        """A sequenced frame that is not simply the next one of its subject's latest
+        publisher: a first frame, another publisher, or a gap."""
+        missing = self.sequences.check(subject, publisher, seq)
+        if missing:
+            msg.gap = missing
+            self.lost += missing
+            for s in subs:
+                s.upstream_loss(missing)
+
+    def forget_streams(self) -> None:
+        """Forget every stream's last sequence (the subscriptions changed: a gap across
+        the change would be a subscription's absence, not a loss)."""
+        self.sequences.clear()
+
+    def hold(self) -> None:
+        """A subscription with ``overflow="block"`` is full: stop reading the data SUB
+        (ZeroMQ's queues, then TCP, then a blocking publisher take the back-pressure)."""
+        self.holds += 1
+
+    def release(self) -> None:
+        """That subscription has room again."""
+        self.holds -= 1
+        if not self.holds:
+            self.kick()
+
+    def other_frame(self, frame: bytes, now: float) -> None:
+        """Requests, replies and anything malformed (validated by the protocol core)."""
+        try:
+            fr = decode_frame(frame)
+        except AozError as exc:
+            self.malformed += 1
+            log.debug("dropped malformed frame (%s): %r", exc, frame[:64])
+            return
+        if fr.kind is Kind.REPLY:
+            self.on_reply(fr.subject, frame, fr.payload_start, now)
+            return
+        subs = self.routes.route(fr.subject)
+        if subs is None:
+            self.malformed += 1
+            return
+        if subs:
+            reply = fr.reply.decode("ascii") if fr.reply is not None else None
+            start = fr.payload_start
+            msg = Message(frame, len(fr.subject), start, data_start(frame, start), fr.kind,
+                          reply, now, self.responder)
+            for s in subs:
+                s.push(msg)
+
+    def socket_error(self, exc: zmq.ZMQError, what: str) -> None:
+        """A socket error while draining: fatal unless the node is closing."""
+        drain_error(exc, what, closing=self.closing)

@@ -1,0 +1,73 @@
+"""Link events are pushed as the link state changes, not polled (issue #22, item 4).
+
+The node's housekeeping used to turn link state into ``link_up``/``link_down`` events
+every 0.25 s. These tests switch that backstop off (an hour between rounds), so an
+event can only come from the push: the SUB's monitor for our half of a link, the
+XPUB's subscription events for the peer's half, the driver's peer events.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import anyio
+import pytest
+
+import aoz
+import aoz.node
+from aoz.discovery.nsd import NamingDaemon
+
+from .harness import role
+
+FAST = {"beacon_interval": 0.2, "connect_interval": 0.05, "connect_retries": 200}
+
+
+@pytest.fixture
+def no_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(aoz.node, "_HOUSEKEEPING", 3600.0)
+
+
+@pytest.mark.usefixtures("no_poll")
+async def test_link_up_and_down_of_a_sigkilled_peer_are_pushed() -> None:
+    async with NamingDaemon(port=0) as nsd, aoz.connect(naming=[nsd.endpoint], **FAST) as node:
+        events = node.peer_events(links=True)
+        with role("member", {"nsd": nsd.endpoint, "settings": FAST}) as peer:
+            info = await peer.event("ready")
+            kinds: list[str] = []
+            with anyio.fail_after(15):
+                async for ev in events:
+                    if ev.peer.uuid == info["uuid"]:
+                        kinds.append(ev.kind)
+                        if ev.kind == "link_up":
+                            break
+            peer.signal(signal.SIGKILL)
+            with anyio.fail_after(10):  # no poll runs: only the monitor's push can say it
+                async for ev in events:
+                    if ev.peer.uuid == info["uuid"]:
+                        kinds.append(ev.kind)
+                        if ev.kind == "link_down":
+                            break
+        await events.aclose()
+    assert kinds[0] == "joined" and kinds[-2:] == ["link_up", "link_down"], kinds
+
+
+@pytest.mark.usefixtures("no_poll")
+async def test_a_peer_that_unsubscribes_its_inbox_is_reported_down_at_once() -> None:
+    """The peer's half of the link (its inbox filter at our XPUB) is pushed too: a
+    peer that closes leaves our XPUB's filters before its goodbye is handled."""
+    async with NamingDaemon(port=0) as nsd, aoz.connect(naming=[nsd.endpoint], **FAST) as node:
+        events = node.peer_events(links=True)
+        async with aoz.connect(naming=[nsd.endpoint], **FAST) as guest:
+            with anyio.fail_after(15):
+                async for ev in events:
+                    if ev.peer.uuid == guest.uuid and ev.kind == "link_up":
+                        break
+        kinds: list[str] = []
+        with anyio.fail_after(10):
+            async for ev in events:
+                if ev.peer.uuid == guest.uuid:
+                    kinds.append(ev.kind)
+                    if {"left", "link_down"} <= set(kinds):
+                        break
+        await events.aclose()
+    assert "link_down" in kinds and "left" in kinds, kinds

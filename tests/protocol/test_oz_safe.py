@@ -1,0 +1,164 @@
+"""The OZ-safe first-byte rule (issue #20): nothing aoz emits on its own can crash or
+confuse an OZ/OpenMAMA receiver.
+
+An OZ program hands a payload's first byte to OpenMAMA's ``mamaInternal_findPayload``,
+which returns NULL for ``'\\0'`` and otherwise reads ``byChar[(uint8_t)id]`` from a
+127-entry table with no bounds check. The model below says what each byte does there;
+every payload aoz builds by itself must land on "refused".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import string
+
+import msgspec
+import pytest
+import zmq
+import zmq.asyncio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import aoz
+from aoz.protocol.builder import FrameBuilder
+from aoz.protocol.codecs import Codec, Verbatim, encode_payload
+from aoz.protocol.frames import Kind, decode_frame, make_handle
+from aoz.spark.sidecar import ChunkError, decode_chunk, encode_chunk
+
+#: payload ids of OpenMAMA 6.3.1's mama/msg.h (mamaPayloadType)
+OPENMAMA_IDS = frozenset(b"15ABFHIKLNPQRSTVWXU")
+MAMA_PAYLOAD_MAX = 127  # CHAR_MAX: byChar's size
+
+
+def openmama_dispatch(first: int) -> str:
+    """What OpenMAMA does with a payload whose first byte is ``first``.
+
+    ``"refused"``: no bridge (NULL, or an empty table slot that no bridge can take: a
+    control byte); ``"parsed"``: a bridge may own it (a listed id, or any printable
+    character, which a dynamically loaded bridge may register); ``"undefined"``: read
+    past the end of ``byChar`` (what crashed OZ programs).
+    """
+    if first == 0:
+        return "refused"
+    if first >= MAMA_PAYLOAD_MAX:
+        return "undefined"
+    if first in OPENMAMA_IDS or chr(first) in string.printable.strip():
+        return "parsed"
+    return "refused"
+
+
+def test_the_model_matches_what_the_issue_measured() -> None:
+    assert openmama_dispatch(0x80) == openmama_dispatch(0x81) == "undefined"  # the crashes
+    assert openmama_dispatch(ord("O")) == "parsed"  # omnm: only when asked for
+    assert openmama_dispatch(0x01) == openmama_dispatch(0x07) == "refused"
+
+
+class Quote(msgspec.Struct):
+    symbol: str
+    bid: float
+
+
+payloads = st.one_of(
+    st.binary(max_size=40),
+    st.binary(max_size=40).map(bytearray),
+    st.binary(max_size=40).map(memoryview),
+    st.text(max_size=20),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False),
+    st.none(),
+    st.booleans(),
+    st.lists(st.integers(0, 9), max_size=5),
+    st.dictionaries(st.text(max_size=5), st.integers(0, 9), max_size=4),
+    st.builds(Quote, st.text(max_size=5), st.floats(allow_nan=False)),
+)
+codecs = st.sampled_from([None, Codec.RAW, Codec.MSGPACK, Codec.JSON, Codec.TEXT])
+defaults = st.sampled_from([Codec.MSGPACK, Codec.JSON])
+
+
+def _first(payload: bytes) -> int:
+    return payload[0] if payload else 0  # an empty payload: OpenMAMA sees no id
+
+
+def _payload(frame: bytes) -> bytes:
+    return frame[decode_frame(frame).payload_start :]
+
+
+def _encodable(data: object, codec: Codec | None, default: Codec) -> bytes | None:
+    try:
+        return encode_payload(data, codec, default=default)
+    except aoz.EncodeError:
+        return None  # refused before anything is built: nothing reaches the wire
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=payloads, codec=codecs, default=defaults, sequenced=st.booleans(),
+       subject=st.sampled_from(["A", "MD.NYSE.IBM", "x" * 200]))
+def test_every_publish_request_and_reply_starts_with_a_refused_byte(
+    data: object, codec: Codec | None, default: Codec, sequenced: bool, subject: str
+) -> None:
+    if _encodable(data, codec, default) is None:
+        return
+    builder = FrameBuilder(default, publisher=2**64 - 1 if sequenced else None)
+    frames = [
+        builder.publish(subject, data, codec),
+        builder.publish(subject, data, codec),  # the second number too
+        builder.request(subject, make_handle("3669840e-d043-11ea-adc2-fcaa146e6b01", 7),
+                        builder.payload(data, codec)),
+        builder.reply(make_handle("3669840e-d043-11ea-adc2-fcaa146e6b01", 8), data, codec),
+        *builder.publish_many(subject, [data, data], codec),
+    ]
+    for frame in frames:
+        payload = _payload(frame)
+        assert openmama_dispatch(_first(payload)) == "refused", (frame, payload[:1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.dictionaries(st.text(max_size=4), st.integers(-(2**63), 2**63 - 1),
+                                     max_size=3),
+                     min_size=1, max_size=5),
+       codec=st.sampled_from([Codec.MSGPACK, Codec.JSON]))
+def test_the_sinks_frames_start_with_a_refused_byte(rows: list[dict[str, int]],
+                                                    codec: Codec) -> None:
+    enc = msgspec.msgpack.encode if codec is Codec.MSGPACK else msgspec.json.encode
+    parts = encode_chunk(int(codec), ["OUT.A", "OUT.B"], [i % 2 for i in range(len(rows))],
+                         [enc(r) for r in rows])
+    for frame in decode_chunk(parts, {}):
+        assert openmama_dispatch(_first(_payload(frame))) == "refused"
+
+
+@pytest.mark.parametrize("codec", [0x04, 0x4F, 0x80, 0xFF])
+def test_the_sidecar_refuses_a_chunk_that_would_send_another_first_byte(codec: int) -> None:
+    with pytest.raises(ChunkError):
+        decode_chunk(encode_chunk(codec, ["OUT"], [0], [b"x"]), {})
+
+
+def test_only_omnm_and_verbatim_send_another_first_byte() -> None:
+    b = FrameBuilder(Codec.MSGPACK, publisher=1)
+    omnm_payload = _payload(b.publish("A", {"bid": 1.5}, Codec.OMNM))
+    assert omnm_payload[:1] == b"O"  # OpenMAMA's own omnm id, as OZ programs send it
+    verbatim = _payload(b.publish("A", Verbatim(b"\xffcaller's bytes")))
+    assert verbatim == b"\xffcaller's bytes"  # the caller's choice (see Verbatim's warning)
+
+
+async def test_a_default_node_sends_an_oz_subscriber_only_refused_first_bytes() -> None:
+    """A default node (sequence on, msgpack default) publishes every payload type to a
+    raw ZeroMQ SUB shaped like an OZ program's: an exact subject, and a catch-all."""
+    ctx = zmq.asyncio.Context()
+    raw = ctx.socket(zmq.SUB)
+    sent: list[object] = [b"raw", bytearray(b"ba"), memoryview(b"mv"), "text", {"a": 1},
+                          [1, 2], 3, 2.5, None, True, Quote("IBM", 1.0), b""]
+    try:
+        async with aoz.connect(bind=["tcp://127.0.0.1:*"]) as node:
+            raw.setsockopt(zmq.SUBSCRIBE, b"OZ.")
+            raw.connect(node.endpoint)
+            await node.wait_for_interest("OZ.X", timeout=10)
+            for i, data in enumerate(sent):
+                await node.publish(f"OZ.X{i % 3}", data)
+            await node.publish("OZ.J", {"a": 1}, codec=Codec.JSON)
+            frames = [await asyncio.wait_for(raw.recv(), 5) for _ in range(len(sent) + 1)]
+    finally:
+        raw.close(linger=0)
+        ctx.term()
+    firsts = {_first(_payload(f)) for f in frames}
+    assert all(decode_frame(f).kind is Kind.PUBLISH for f in frames)
+    assert firsts and all(b < 0x7F and openmama_dispatch(b) == "refused" for b in firsts), firsts
