@@ -1,5 +1,5 @@
-"""Pipeline fixtures, each made once per test run (per xdist worker; tests/conftest.py puts
-every test that uses Spark on one worker): ONE SparkSession (2 cores, 1 shuffle
+"""Pipeline fixtures, each made once per pytest process (`make test` runs every test that
+uses Spark in one process, see tests/conftest.py): ONE SparkSession (2 cores, 1 shuffle
 partition), ONE standalone Spark cluster (a master and a worker), and a small recording
 made by the real Recorder."""
 
