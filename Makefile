@@ -45,7 +45,7 @@ lint: $(BIN)/.installed
 # both paths, so the rest of the suite would only run the same code twice.
 # tests/hotpath/test_twins.py also compares the two twins directly in every run.
 TEST_WORKERS ?= auto
-PYTEST := $(BIN)/pytest -q
+PYTEST := $(BIN)/pytest -q --durations=10
 
 test: $(BIN)/.speedups
 	$(MAKE) --no-print-directory -j3 --output-sync=target lint test-spark test-rest
