@@ -41,7 +41,9 @@ __all__ = ["leak_check", "no_leaked_sockets_or_fds"]
 TESTS = Path(__file__).resolve().parent
 
 #: the directories whose tests all exercise the data plane's hot path (see above)
-TWIN_DIRS = frozenset({"hotpath", "node", "delivery", "queues"})
+# the data plane's twins (aoz/_hotpath.py, aoz/_speedups.pyx) and omnm's (aoz/omnm/_codec.py,
+# aoz/omnm/_fast.pyx) both switch with AOZ_PURE_PYTHON: tests of either run on both
+TWIN_DIRS = frozenset({"hotpath", "node", "delivery", "queues", "faults", "omnm"})
 
 
 @pytest.fixture
