@@ -460,7 +460,7 @@ def _events(mon: zmq.Socket[bytes]) -> list[tuple[int, str]]:
         pass
     except zmq.ZMQError as exc:  # the monitor closed with its socket: nothing to tell
         log.debug("%s", translate(exc, "naming monitor"))
-    except (ValueError, KeyError) as exc:  # an event libzmq's parser rejects
+    except (ValueError, KeyError, RuntimeError) as exc:  # an event the parser rejects
         log.debug("naming monitor: malformed event: %s", exc)
     return out
 
