@@ -2,7 +2,9 @@
 
 Publishers use ``await node.publish`` after ``node.wait_for_interest``; subscribers use
 ``async for msg in sub`` (``mode="iter"``) or ``sub.batches()`` (``mode="batch"``) and read
-``msg.data``; request/reply uses ``node.request`` and ``msg.respond``.
+``msg.data``; request/reply uses ``node.request`` and ``msg.respond``. ``settings`` are
+:class:`aoz.Settings` fields: the harness passes ``send_policy="block"`` and
+``overflow="block"`` for a lossless pair, nothing for aoz's (dropping) defaults.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ async def pub(p: dict[str, Any], stall: bool = False) -> None:
             if stall and not i & 4095:
                 peak = max(peak, rss())
         dt = time.perf_counter() - t0
-        result: dict[str, Any] = {"sent": n, "send_s": dt}
+        blocked = node.statistics().blocked_sends
+        result: dict[str, Any] = {"sent": n, "send_s": dt, "blocked_sends": blocked}
         if stall:
             await asyncio.sleep(p.get("settle", 1.0))
             after = rss()
