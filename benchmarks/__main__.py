@@ -757,7 +757,8 @@ def write_results_md(report: dict[str, Any], path: Path) -> None:
         "Command:",
         "",
         "```",
-        f"make bench-full   # = .venv/bin/{report['command']}",
+        f"{'make bench-full' if report['mode'] == 'full' else 'make bench'}   "
+        f"# = .venv/bin/{report['command']}",
         "```",
         "",
         f"Machine: {report['machine']['cpus']} CPUs ({report['machine']['cpu']}), "

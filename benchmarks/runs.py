@@ -51,6 +51,29 @@ def ratio_rows(reports: list[dict[str, Any]]) -> list[list[str]]:
     return rows
 
 
+def rate_rows(reports: list[dict[str, Any]]) -> list[list[str]]:
+    """Per system and size: the median of the runs' medians [their min-max], msg/s."""
+    sizes = [s for s in SIZE_LABELS if any(f"pubsub_{s}" in rep["figures"] for rep in reports)]
+    rows = []
+    for system in PUBSUB_SYSTEMS:
+        row = [system]
+        for size in sizes:
+            meds = [
+                v
+                for rep in reports
+                if (v := rep["figures"].get(f"pubsub_{size}", {}).get(system, {}).get("median"))
+            ]
+            row.append(
+                f"{fmt(statistics.median(meds), 'rate')} "
+                f"[{fmt(min(meds), 'rate')}-{fmt(max(meds), 'rate')}]"
+                if meds
+                else "-"
+            )
+        if any(c != "-" for c in row[1:]):
+            rows.append(row)
+    return [["system", *(SIZE_LABELS[s] for s in sizes)], *rows]
+
+
 def loss_rows(reports: list[dict[str, Any]]) -> list[list[str]]:
     sizes = [s for s in SIZE_LABELS if any(s in rep.get("loss", {}) for rep in reports)]
     rows = []
@@ -77,6 +100,10 @@ def markdown(reports: list[dict[str, Any]]) -> str:
            + " | median [range] over runs | target |",
            "|" + "---|" * (n + 3)]
     out += ["| " + " | ".join(r) + " |" for r in ratio_rows(reports)]
+    rates = rate_rows(reports)
+    out += ["", "msg/s at the subscriber, median of the runs' medians [their min-max]:", "",
+            "| " + " | ".join(rates[0]) + " |", "|" + "---|" * len(rates[0])]
+    out += ["| " + " | ".join(r) + " |" for r in rates[1:]]
     loss = loss_rows(reports)
     out += ["", "Loss over every round of every run (lost of sent):", "",
             "| " + " | ".join(loss[0]) + " |", "|" + "---|" * len(loss[0])]

@@ -127,3 +127,21 @@ def test_cells() -> None:
     )
     skipped = {"label": "x", "target": "", "skipped": True, "na": "", "meets": None}
     assert ratio_row(skipped)[1:] == ["-", "", "skipped"]
+
+
+def test_runs_side_by_side_keep_the_loss_and_the_na() -> None:
+    from benchmarks.runs import markdown
+
+    runs = []
+    for zenoh_loss in (0.0, 0.377):
+        rep = _report({"zenoh": zenoh_loss}, RATES)
+        rep.update(started_utc="2026-11-25T19:00:00+00:00", duration_s=300.0,
+                   machine={"loadavg_start": [9.0, 7.0, 5.0], "loadavg_end": [17.0, 11.0, 8.0]},
+                   versions={"aoz-git": "abc1234"})
+        runs.append(rep)
+    md = markdown(runs)
+    row = next(ln for ln in md.splitlines()
+               if ln.startswith("| aoz async-for (exact) / zenoh BLOCK, 100 B"))
+    assert "| 0.50x | n/a (baseline lost 37.7%) | 1 of 2 runs n/a or missing |" in row
+    assert "| zenoh | 18.85% (113,100 of 600,000) |" in md
+    assert "load average 9.0, 7.0, 5.0 at start" in md
