@@ -94,7 +94,12 @@ async def sub(p: dict[str, Any], stall: bool = False) -> None:
         task = asyncio.create_task(consumer())
         await _watch(task, r, p)
         stats = subscription.statistics()
-        emit("result", **r.result(n, dropped_queue=stats.dropped))
+        node_stats = node.statistics()
+        # Where a shortfall stopped, if there is one: frames read off the SUB, sequence
+        # gaps (lost upstream), messages still queued for the consumer.
+        emit("result", **r.result(n, dropped_queue=stats.dropped,
+                                  messages_in=node_stats.messages_in,
+                                  lost_in=node_stats.lost_in, pending=stats.pending))
 
 
 async def _watch(task: asyncio.Task[None], r: Receiver, p: dict[str, Any]) -> None:

@@ -349,6 +349,8 @@ def run_pubsub(
         "pub_msgs_per_s": sent / pr["send_s"] if pr["send_s"] > 0 else 0.0,
         "blocked_sends": pr.get("blocked_sends", 0),
         "dropped_queue": sr.get("dropped_queue", 0),
+        # aoz subscribers only: frames read, sequence gaps, still queued at the end
+        **{k: sr[k] for k in ("messages_in", "lost_in", "pending") if k in sr},
     }
 
 
