@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench bench-full clean
+.PHONY: demo test lint bench bench-full wheel clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -39,6 +39,14 @@ bench: $(BIN)/.speedups
 
 bench-full: $(BIN)/.speedups
 	$(BIN)/python -m benchmarks --full
+
+# A wheel an index can take: built here, then tagged manylinux by auditwheel (which
+# checks the compiled hot path needs nothing beyond the manylinux libraries).
+wheel: $(BIN)/.installed
+	rm -rf build dist/raw
+	$(BIN)/pip wheel -q --no-deps --no-build-isolation -w dist/raw .
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/auditwheel repair -w dist dist/raw/aoz-*.whl
+	rm -rf build dist/raw
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache aoz/_speedups.c aoz/_speedups.*.so

@@ -14,7 +14,6 @@ See docs/ARCHITECTURE.md for the layout and README.md for more.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 from . import omnm, queues
@@ -27,6 +26,7 @@ from .errors import (
     ConfigError,
     DecodeError,
     EncodeError,
+    MessagesLost,
     NamingTimeout,
     NoResponders,
     RequestError,
@@ -34,6 +34,8 @@ from .errors import (
     ServiceError,
     SubjectError,
     TransportError,
+    UsageError,
+    UsageTypeError,
     WaitTimeout,
     WouldBlock,
 )
@@ -44,7 +46,11 @@ from .protocol.frames import Kind
 from .services import Service, call, check_reply, serve, wait_for_service
 from .subscription import Subscription, SubscriptionStatistics
 
-logging.getLogger("aoz").addHandler(logging.NullHandler())
+# No NullHandler on purpose: aoz logs a WARNING when data is lost (a subscription's full
+# queue, a sequence gap) and an ERROR when a service's handler fails; an application
+# that configured no logging should still see those on stderr (Python's last-resort
+# handler prints WARNING and above), not have them vanish. Configure the "aoz" logger
+# to route or silence them; aoz.connect(error_cb=...) reports losses to code.
 
 if TYPE_CHECKING:
     from .discovery.broker import Broker
@@ -116,12 +122,15 @@ __all__ = [
     "RequestError",
     "RequestTimeout",
     "Service",
+    "MessagesLost",
     "ServiceError",
     "Settings",
     "SubjectError",
     "Subscription",
     "SubscriptionStatistics",
     "TransportError",
+    "UsageError",
+    "UsageTypeError",
     "Verbatim",
     "WaitTimeout",
     "WouldBlock",

@@ -13,6 +13,10 @@ OZ name (``mama.zmq.transport.<t>.``)  ->  aoz name
     publish_address                    ->  ``publish_address``
     outgoing_url_N / incoming_url_N    ->  ``bind`` / ``connect`` (static mode)
 
+aoz only: ``transport="ipc"`` puts the data PUB on a Unix socket (``ipc_dir``) instead
+of tcp, for aoz nodes on one host; every endpoint is checked by :mod:`aoz.endpoints`,
+which also states where ipc endpoints may be announced (never where OZ reads them).
+
 aoz's defaults suit a local mesh (sub-second healing); OZ's slower WAN values are
 available as :meth:`Settings.oz_defaults`.
 
@@ -26,6 +30,7 @@ Example file (TOML)::
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,13 +38,15 @@ from typing import Any, Literal
 
 import msgspec
 
+from .endpoints import TRANSPORTS, check_endpoint, ipc_mesh
 from .errors import ConfigError
 
-__all__ = ["Mode", "Overflow", "Settings", "load_settings"]
+__all__ = ["Mode", "Overflow", "Settings", "Transport", "load_settings"]
 
 Mode = Literal["naming", "static", "broker", "udp"]
 Overflow = Literal["drop_newest", "drop_oldest", "block"]
 SendPolicy = Literal["drop", "block"]
+Transport = Literal["tcp", "ipc"]
 
 DEFAULT_NSD = "tcp://127.0.0.1:5756"
 
@@ -54,6 +61,13 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     naming: list[str] = msgspec.field(default_factory=lambda: [DEFAULT_NSD])
     #: interface the data PUB binds to (ephemeral port) in naming/udp modes
     publish_address: str = "127.0.0.1"
+    #: the data PUB's transport in naming/udp modes: ``tcp`` (on ``publish_address``,
+    #: what OZ does) or ``ipc`` (a Unix socket ``<ipc_dir>/aoz-<uuid>.ipc``: faster, for
+    #: aoz nodes on this host only; in naming mode it needs an nsd reached over ipc://,
+    #: since OZ programs cannot connect to ipc endpoints -- see aoz.endpoints)
+    transport: Transport = "tcp"
+    #: directory of ipc socket files (default: $XDG_RUNTIME_DIR, else $TMPDIR or /tmp)
+    ipc_dir: str | None = None
     #: static mode: endpoints the data PUB binds / the data SUB connects to
     bind: list[str] = msgspec.field(default_factory=list)
     connect: list[str] = msgspec.field(default_factory=list)
@@ -104,6 +118,13 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     curve_public: str | None = None
     curve_secret: str | None = None
     curve_allow: list[str] | None = None
+    #: the same, read from ``aoz keygen``'s files (``PREFIX.key`` holds a secret key,
+    #: whose public key is derived; an allow file holds public keys, one a line): set
+    #: ``curve_server_public``/``curve_server_secret``, ``curve_public``/``curve_secret``
+    #: and ``curve_allow`` when those are not given
+    curve_server_secret_file: str | None = None
+    curve_secret_file: str | None = None
+    curve_allow_file: str | None = None
     #: CURVE on the naming plane too (the nsd is the CURVE server with the mesh keypair
     #: and allows ``curve_allow``); needs ``curve_public``/``curve_secret`` listed there.
     #: Such a node cannot use an OZ nsd, and OZ programs cannot join its mesh.
@@ -158,13 +179,9 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             "curve_public/curve_secret/curve_allow need the mesh keypair "
             "(curve_server_public and curve_server_secret)",
         )
+        self._check_endpoints()
         if self.mode == "naming":
             _check(bool(self.naming), "naming mode needs at least one nsd endpoint in `naming`")
-            for ep in self.naming:
-                _check(
-                    ep.startswith("tcp://"),
-                    f"naming endpoint {ep!r} must be a tcp:// address such as {DEFAULT_NSD}",
-                )
         if self.mode == "static":
             _check(
                 bool(self.bind or self.connect),
@@ -175,6 +192,25 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
                 bool(self.broker_pub and self.broker_sub),
                 "broker mode needs `broker_pub` (forwarder XSUB) and `broker_sub` (forwarder XPUB)",
             )
+
+    def _check_endpoints(self) -> None:
+        _check(self.transport in TRANSPORTS, f"transport must be one of {TRANSPORTS}")
+        for ep in self.naming:
+            check_endpoint(ep, what=f"naming endpoint (such as {DEFAULT_NSD})")
+        for ep in self.bind:
+            check_endpoint(ep, bind=True, what="bind endpoint")
+        for ep in self.connect:
+            check_endpoint(ep, what="connect endpoint")
+        for name in ("broker_pub", "broker_sub"):
+            if (ep := getattr(self, name)) is not None:
+                check_endpoint(ep, what=name)
+        check_endpoint(f"tcp://{self.publish_address}:*", bind=True, what="publish_address")
+        _check(
+            self.transport == "tcp" or self.mode not in ("naming", "udp") or ipc_mesh(self),
+            "transport='ipc' in naming mode needs every nsd in `naming` reached over ipc:// "
+            "(an aoz nsd: `aoz nsd --bind ipc:///path`): an nsd on tcp may relay our "
+            "announcements to OZ programs, which cannot connect to ipc endpoints",
+        )
 
     @classmethod
     def oz_defaults(cls, **overrides: Any) -> Settings:
@@ -240,6 +276,22 @@ def _infer_mode(values: dict[str, Any]) -> None:
         values["mode"] = "static"
 
 
+def _read_key_files(values: dict[str, Any]) -> None:
+    """Fill the CURVE keys from the ``curve_*_file`` settings (aoz keygen's files)."""
+    from .security import public_key, read_key, read_keys
+
+    for field, public, secret in (("curve_server_secret_file", "curve_server_public",
+                                   "curve_server_secret"),
+                                  ("curve_secret_file", "curve_public", "curve_secret")):
+        path = values.get(field)
+        if path and values.get(secret) is None:
+            values[secret] = read_key(path)
+            values.setdefault(public, public_key(values[secret]))
+    path = values.get("curve_allow_file")
+    if path and values.get("curve_allow") is None:
+        values["curve_allow"] = read_keys(path)
+
+
 def load_settings(
     overrides: Mapping[str, Any] | None = None,
     *,
@@ -260,9 +312,14 @@ def load_settings(
     cfg = config if config is not None else env.get("AOZ_CONFIG")
     if cfg:
         values.update(_from_file(cfg))
-    values.update(_from_environ(env))
+    from_env = _from_environ(env)
+    values.update(from_env)
     if overrides:
         values.update({k: v for k, v in overrides.items() if v is not None})
+    # where each value came from, for an error message that names it
+    sources = {k: f"config file {cfg}" for k in values} if cfg else {}
+    sources.update({k: f"environment variable AOZ_{k.upper()}" for k in from_env})
+    sources.update({k: f"keyword {k}=" for k, v in (overrides or {}).items() if v is not None})
     unknown = sorted(set(values) - set(Settings.__struct_fields__))
     if unknown:
         raise ConfigError(
@@ -273,7 +330,12 @@ def load_settings(
         if isinstance(values.get(name), str):
             values[name] = [values[name]]
     _infer_mode(values)
+    _read_key_files(values)
     try:
         return msgspec.convert(values, Settings, strict=False)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"invalid setting: {exc}") from exc
+        # msgspec names the field as `$.name`; Settings' own checks start with it
+        field = re.search(r"\$\.(\w+)", str(exc)) or re.match(r"(\w+)", str(exc))
+        source = sources.get(field.group(1)) if field else None
+        where = f" (from {source})" if source else ""
+        raise ConfigError(f"invalid setting{where}: {exc}") from exc

@@ -44,10 +44,12 @@ import zmq
 from ._errmap import drain_error, mapped
 from ._hotpath import BATCH
 from .config import Settings
+from .endpoints import bind_endpoint, connectable
 from .interest import InterestSet
 from .message import Responder
 from .peerlinks import PeerLinkTable
 from .protocol.builder import FrameBuilder
+from .protocol.frames import INBOX_PREFIX
 from .receive import Receiver
 from .routing import RoutingTable
 from .security import DataCurve
@@ -55,14 +57,9 @@ from .send import SendPath
 from .sockopts import DATA_MONITOR_EVENTS, apply_data_options
 from .subscription import Subscription
 
-__all__ = ["DataPlane", "connectable"]
+__all__ = ["DataPlane"]
 
 log = logging.getLogger("aoz.node")
-
-
-def connectable(endpoint: str) -> str:
-    """A bound wildcard address (tcp://0.0.0.0:5556) as an address to connect to."""
-    return endpoint.replace("//0.0.0.0:", "//127.0.0.1:").replace("//[::]:", "//[::1]:")
 
 
 class DataPlane:
@@ -134,7 +131,8 @@ class DataPlane:
         kick = self._kicker(sub)
         self.receive.kick = self.links.kick = kick
         if s.mode in ("naming", "udp"):
-            self._bind(f"tcp://{s.publish_address}:*")
+            # the transport seam: tcp on publish_address, or ipc (aoz.endpoints)
+            self._bind(bind_endpoint(s, self._inbox_filter[len(INBOX_PREFIX):].decode()))
         elif s.mode == "static":
             for ep in s.bind:
                 self._bind(ep)

@@ -23,6 +23,7 @@ Every error aoz raises on purpose derives from :class:`AozError`, so
     ├── WaitTimeout            waiting for a message/subscriber/peer ran out (also TimeoutError)
     ├── TransportError         ZeroMQ refused an operation (bad endpoint, address in use...)
     ├── WouldBlock             publish_nowait on a blocking node: a subscriber's queue is full
+    ├── MessagesLost           a subscription is losing messages (error_cb's report)
     └── ServiceError           a named service call failed on the remote side
 """
 
@@ -34,6 +35,7 @@ __all__ = [
     "ConfigError",
     "DecodeError",
     "EncodeError",
+    "MessagesLost",
     "NamingTimeout",
     "NoResponders",
     "RequestError",
@@ -150,9 +152,34 @@ class WouldBlock(AozError):
         self.subject = subject
 
 
-class ServiceError(AozError):
-    """A named service answered with an error."""
+class MessagesLost(AozError):
+    """A subscription is losing messages (what ``aoz.connect(error_cb=...)`` is told,
+    at most every 5 s per subscription): ``dropped`` by its own full queue, ``lost``
+    upstream (sequence gaps: a publisher's full queue, a cut link). Totals so far."""
 
-    def __init__(self, message: str, *, service: str) -> None:
+    def __init__(self, message: str, *, pattern: str, dropped: int, lost: int) -> None:
+        super().__init__(message)
+        self.pattern = pattern
+        self.dropped = dropped
+        self.lost = lost
+
+
+class ServiceError(AozError):
+    """A service (a named one, or any responder of a request) answered with an error.
+
+    ``service`` is the subject; ``remote`` the remote error as it was sent
+    (``"ValueError: feed down"``), split into ``remote_type`` and ``remote_message``.
+    """
+
+    def __init__(self, message: str, *, service: str, remote: str | None = None) -> None:
         super().__init__(message)
         self.service = service
+        self.remote = remote
+        head, sep, tail = (remote or "").partition(": ")
+        self.remote_type = head if sep and head.isidentifier() else None
+        self.remote_message = tail if self.remote_type else (remote or "")
+
+    @classmethod
+    def from_reply(cls, service: str, remote: str) -> ServiceError:
+        """The error for an error reply (``Message.error``) to a request on ``service``."""
+        return cls(f"service {service!r} failed: {remote}", service=service, remote=remote)

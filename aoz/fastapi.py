@@ -28,13 +28,16 @@ runs while the node is open, reaches it as ``app.state.aoz_node`` (or
 :func:`app_node`), and its state is merged with aoz's.
 
 WebSocket close codes of :func:`relay`: 1000 never (the client ends a relay by
-leaving), **1001** when the node closes (the app is shutting down), **1011** when the
-node failed (an aoz error ended the subscription).
+leaving), **1001** when the node closes while the server runs, **1011** when the node
+failed (an aoz error ended the subscription). When the *server* shuts down, uvicorn
+closes every WebSocket itself, with **1012** (service restart), before the app's
+lifespan closes the node: clients see 1012 then, and should reconnect.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Annotated, Any, Literal
@@ -57,6 +60,7 @@ try:
 except ImportError as exc:
     raise missing_extra(exc, "fastapi", "aoz.fastapi") from exc
 
+from .asyncapi import document
 from .config import Overflow
 from .errors import (
     AozError,
@@ -64,11 +68,14 @@ from .errors import (
     NoResponders,
     RequestTimeout,
     ServiceError,
+    UsageError,
     WaitTimeout,
 )
 from .message import Message
 from .node import Node, connect
 from .render import message_text, message_to_dict
+
+log = logging.getLogger("aoz.fastapi")
 
 __all__ = [
     "EXCEPTION_HANDLERS",
@@ -76,6 +83,7 @@ __all__ = [
     "NodeDep",
     "app_node",
     "get_node",
+    "asyncapi_route",
     "install_exception_handlers",
     "lifespan",
     "message_to_dict",
@@ -136,7 +144,7 @@ def app_node(app: FastAPI) -> Node:
     """
     node = getattr(app.state, STATE_KEY, None)
     if not isinstance(node, Node):
-        raise AozError(
+        raise UsageError(
             "the app has no running aoz node: create it with "
             "FastAPI(lifespan=aoz.fastapi.lifespan()) and call this while the lifespan runs"
         )
@@ -155,6 +163,13 @@ _STATUS: tuple[tuple[type[AozError], int], ...] = (
 
 async def _aoz_error(request: Request, exc: Exception) -> JSONResponse:
     status = next((code for cls, code in _STATUS if isinstance(exc, cls)), 500)
+    if isinstance(exc, ServiceError):
+        # the remote error's text is the service's business, not the HTTP client's:
+        # logged here, summarised there (`exc.remote_type`/`remote_message` for handlers
+        # that want to map it themselves)
+        log.warning("%s %s: %s", request.method, request.url.path, exc)
+        detail = f"the service {exc.service!r} failed"
+        return JSONResponse({"detail": detail, "error": "ServiceError"}, status_code=status)
     return JSONResponse({"detail": str(exc), "error": type(exc).__name__}, status_code=status)
 
 
@@ -171,11 +186,28 @@ def install_exception_handlers(app: FastAPI) -> FastAPI:
     return app
 
 
+def asyncapi_route(app: FastAPI, path: str = "/asyncapi.json", *, title: str | None = None,
+                   version: str = "1.0.0") -> None:
+    """Serve the AsyncAPI document of the app's node (its services and declared
+    publications, :mod:`aoz.asyncapi`) at ``path``."""
+
+    async def asyncapi(request: Request) -> JSONResponse:
+        node = get_node(request)
+        return JSONResponse(document(node.catalog, title=title or app.title,
+                                     version=version))
+
+    app.add_api_route(path, asyncapi, methods=["GET"], include_in_schema=False)
+
+
 def get_node(connection: HTTPConnection) -> Node:
-    """The app's node (FastAPI dependency for HTTP and WebSocket handlers)."""
+    """The app's node (FastAPI dependency for HTTP and WebSocket handlers): from the
+    request's lifespan state, or the app's (``app.state.aoz_node``, which the lifespan
+    also sets: what a test transport that does not copy lifespan state sees)."""
     node = getattr(connection.state, STATE_KEY, None)
     if not isinstance(node, Node):
-        raise AozError(
+        node = getattr(connection.app.state, STATE_KEY, None)
+    if not isinstance(node, Node):
+        raise UsageError(
             "no aoz node in the app's lifespan state: create the app with "
             "FastAPI(lifespan=aoz.fastapi.lifespan())"
         )

@@ -29,6 +29,9 @@ True
 from __future__ import annotations
 
 from .protocol.frames import INBOX_PREFIX, inbox_of
+from .protocol.queuegroups import QUEUE_PREFIX, QueueTable
+
+_QUEUE_B = QUEUE_PREFIX.encode()
 
 __all__ = ["InterestSet"]
 
@@ -36,11 +39,13 @@ __all__ = ["InterestSet"]
 class InterestSet:
     """Filters reported by an XPUB (see the module docstring)."""
 
-    __slots__ = ("_filters", "_lengths", "version")
+    __slots__ = ("_filters", "_lengths", "queues", "version")
 
     def __init__(self) -> None:
         self._filters: set[bytes] = set()
         self._lengths: dict[int, int] = {}  # filter length -> how many filters have it
+        #: the queue groups among the filters (members per subject and group)
+        self.queues = QueueTable()
         #: increases on every change (a cheap "did anything change" for callers)
         self.version = 0
 
@@ -54,10 +59,14 @@ class InterestSet:
                 return False
             self._filters.add(flt)
             self._lengths[len(flt)] = self._lengths.get(len(flt), 0) + 1
+            if flt.startswith(_QUEUE_B):
+                self.queues.add(flt)
         elif event[0] == 0:
             if flt not in self._filters:
                 return False
             self._filters.discard(flt)
+            if flt.startswith(_QUEUE_B):
+                self.queues.discard(flt)
             left = self._lengths[len(flt)] - 1
             if left:
                 self._lengths[len(flt)] = left
@@ -82,6 +91,15 @@ class InterestSet:
             if n <= len(frame_start) and frame_start[:n] in filters:
                 return True
         return False
+
+    def queue_groups(self, subject: str) -> dict[str, list[str]]:
+        """The queue groups serving ``subject``: group -> member ids (sorted)."""
+        return self.queues.groups(subject)
+
+    def queue_targets(self, subject: str) -> list[str]:
+        """One member subject per queue group on ``subject`` (each group round robin):
+        where a message or request for the groups goes."""
+        return self.queues.targets(subject)
 
     def routable(self, handle: bytes) -> bool:
         """Whether a reply on ``handle`` has a route: its inbox filter, or any

@@ -22,6 +22,9 @@ metric                                  type     from ``NodeStatistics``
 ``aoz_messages_sent_total``             counter  ``messages_out``
 ``aoz_sent_bytes_total``                counter  ``bytes_out``
 ``aoz_malformed_messages_total``        counter  ``malformed_in``
+``aoz_messages_lost_total``             counter  ``lost_in`` (sequence gaps, all subscriptions)
+``aoz_publishes_dropped_total``         counter  ``dropped_out`` (block node, ``block=False``)
+``aoz_blocked_sends_total``             counter  ``blocked_sends`` (publishes that waited)
 ``aoz_requests_total``                  counter  ``requests``
 ``aoz_request_timeouts_total``          counter  ``request_timeouts``
 ``aoz_no_responders_total``             counter  ``no_responders``
@@ -30,6 +33,7 @@ metric                                  type     from ``NodeStatistics``
 ``aoz_subscriptions``                   gauge    ``len(subscriptions)``
 ``aoz_subscription_received_total``     counter  per ``pattern``: ``received``
 ``aoz_subscription_dropped_total``      counter  per ``pattern``: ``dropped``
+``aoz_subscription_lost_total``         counter  per ``pattern``: ``lost`` (upstream gaps)
 ``aoz_subscription_pending``            gauge    per ``pattern``: ``pending``
 ``aoz_discovery_events_total``          counter  per ``event``: ``discovery`` (reconnects...)
 ======================================  =======  ===========================================
@@ -58,7 +62,7 @@ try:
 except ImportError as exc:
     raise missing_extra(exc, "prometheus", "aoz.metrics") from exc
 
-from .errors import AozError
+from .errors import AozError, TransportError
 
 if TYPE_CHECKING:
     from .node import Node, NodeStatistics
@@ -75,6 +79,10 @@ _COUNTERS = (
     ("aoz_messages_sent", "messages_out", "Messages published by the node."),
     ("aoz_sent_bytes", "bytes_out", "Bytes published by the node."),
     ("aoz_malformed_messages", "malformed_in", "Received frames that could not be decoded."),
+    ("aoz_messages_lost", "lost_in", "Messages known lost upstream (sequence gaps)."),
+    ("aoz_publishes_dropped", "dropped_out",
+     "Publishes dropped at a full subscriber queue (block node, block=False)."),
+    ("aoz_blocked_sends", "blocked_sends", "Publishes that waited for a full subscriber."),
     ("aoz_requests", "requests", "Requests sent."),
     ("aoz_request_timeouts", "request_timeouts", "Requests that got no reply in time."),
     ("aoz_no_responders", "no_responders", "Requests refused because nobody subscribed."),
@@ -136,6 +144,11 @@ class NodeCollector(Collector):
             "Messages a subscription's overflow policy discarded.",
             labels=sub_labels,
         )
+        sub_lost = CounterMetricFamily(
+            "aoz_subscription_lost",
+            "Messages for a subscription known lost upstream (sequence gaps).",
+            labels=sub_labels,
+        )
         sub_pending = GaugeMetricFamily(
             "aoz_subscription_pending", "Messages queued, not yet consumed.", labels=sub_labels
         )
@@ -154,11 +167,12 @@ class NodeCollector(Collector):
                 sl = [*labels, sub.pattern]
                 sub_received.add_metric(sl, sub.received)
                 sub_dropped.add_metric(sl, sub.dropped)
+                sub_lost.add_metric(sl, sub.lost)
                 sub_pending.add_metric(sl, sub.pending)
             for event, count in sorted(stats.discovery.items()):
                 discovery.add_metric([*labels, event], count)
         yield from counters.values()
-        yield from (peers, subs, sub_received, sub_dropped, sub_pending, discovery)
+        yield from (peers, subs, sub_received, sub_dropped, sub_lost, sub_pending, discovery)
 
 
 def _statistics(node: Node, loop: asyncio.AbstractEventLoop | None) -> NodeStatistics:
@@ -222,7 +236,10 @@ class MetricsServer:
         try:
             self._server, self._thread = _prom_start_http_server(port, addr, registry=registry)
         except OSError as exc:
-            raise AozError(f"cannot serve metrics on {addr}:{port}: {exc.strerror}") from exc
+            raise TransportError(
+                f"cannot serve metrics on {addr}:{port}: {exc.strerror}; choose another "
+                "port (or 0 for an ephemeral one)"
+            ) from exc
         self.addr = addr
         self.port: int = self._server.server_port
 

@@ -24,6 +24,7 @@ lives in the modules above, and no method here is more than a few lines of it.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import secrets
@@ -31,7 +32,7 @@ import socket
 import sys
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ import anyio.abc
 import msgspec
 
 from ._tasks import TaskOwner
+from .asyncapi import Catalog
 from .config import Overflow, Settings, load_settings
 from .dataplane import DataPlane
 from .discovery.links import Driver
@@ -47,7 +49,9 @@ from .discovery.peers import Peer, PeerEvent, PeerEventHub, PeerEventStream
 from .errors import (
     AozError,
     ClosedError,
+    MessagesLost,
     NoResponders,
+    ServiceError,
     SubjectError,
     UsageError,
     UsageTypeError,
@@ -103,7 +107,13 @@ class Node:
     ...     await node.publish("MD.NYSE.IBM", {"bid": 1.0, "ask": 1.1})
     """
 
-    def __init__(self, settings: Settings | None = None, **overrides: Any) -> None:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        error_cb: Callable[[AozError], Any] | None = None,
+        **overrides: Any,
+    ) -> None:
         self.settings = settings if settings is not None else load_settings(overrides)
         if settings is not None and overrides:
             self.settings = settings.replace(**overrides)
@@ -138,6 +148,9 @@ class Node:
                                 lambda: self.peers)
         self._no_responders = 0
         self._deferred = 0  # deferred replies waiting for a route
+        #: what this node serves and publishes, for its AsyncAPI document (aoz.asyncapi)
+        self.catalog = Catalog()
+        self._error_cb = error_cb
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> Node:
@@ -201,6 +214,27 @@ class Node:
         log.error("aoz node %s failed: %r", self.uuid, exc, exc_info=exc)
         self._failure = exc
         self._shutdown(self._failed_error())
+        self._report(self._failed_error())
+
+    def _report(self, err: AozError) -> None:
+        """Tell the application's ``error_cb`` (never raises into the caller: a loss is
+        reported from the receive path)."""
+        cb = self._error_cb
+        if cb is None:
+            return
+        try:
+            result = cb(err)
+            if inspect.isawaitable(result):
+                self._owner.start_soon(_await, result, name="aoz-error-cb")
+        except Exception:
+            log.exception("the error_cb given to aoz.connect raised")
+
+    def _report_loss(self, sub: Subscription) -> None:
+        self._report(MessagesLost(
+            f"subscription {sub.pattern.text!r} is losing messages: {sub.dropped} dropped "
+            f"(its queue was full), {sub.lost} lost upstream",
+            pattern=sub.pattern.text, dropped=sub.dropped, lost=sub.lost,
+        ))
 
     def _failed_error(self) -> ClosedError:
         err = ClosedError(f"the node failed: {self._failure!r}")
@@ -261,7 +295,8 @@ class Node:
 
     # ------------------------------------------------------------------ publish
     def publish_nowait(
-        self, subject: str, data: object = b"", *, codec: Codec | None = None
+        self, subject: str, data: object = b"", *, codec: Codec | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         """Publish without awaiting.
 
@@ -272,7 +307,7 @@ class Node:
         """
         if not self._open:
             self._check_open()
-        self._send.publish_nowait(subject, data, codec)
+        self._send.publish_nowait(subject, data, codec, headers)
 
     async def publish(
         self,
@@ -281,8 +316,12 @@ class Node:
         *,
         codec: Codec | None = None,
         block: bool | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         """Publish ``data`` on ``subject`` to every subscriber in the mesh (this node too).
+
+        ``headers`` (str -> str) travel in aoz's payload header to aoz subscribers
+        (``msg.headers``); an omnm or Verbatim payload cannot carry them.
 
         With ``send_policy="drop"`` (the default) it never waits: a subscriber whose
         queue at this publisher is full loses the message and counts it (its
@@ -295,7 +334,9 @@ class Node:
         """
         if not self._open:
             self._check_open()
-        await self._send.publish(subject, data, codec, block)
+        wait = self._send.publish(subject, data, codec, block, headers)
+        if wait is not None:  # room to wait for, or the loop's turn
+            await wait
 
     async def publish_many(
         self, subject: str, items: Iterable[object], *, codec: Codec | None = None
@@ -409,6 +450,8 @@ class Node:
         sub_ref.append(sub)
         if sub.overflow == "block":
             sub.backpressure(self._plane.receive.hold, self._plane.receive.release)
+        if self._error_cb is not None:
+            sub.on_loss = self._report_loss
         self._plane.add_filter(compiled.zmq_prefix)
         self._routes.add(compiled, sub)
         return sub
@@ -497,21 +540,37 @@ class Node:
 
     # ------------------------------------------------------------------ request/reply
     def _request_parts(
-        self, subject: str, data: object, codec: Codec | None
-    ) -> bytes:
+        self, subject: str, data: object, codec: Codec | None,
+        headers: Mapping[str, str] | None = None,
+    ) -> tuple[list[str], bytes]:
+        """Where a request on ``subject`` goes (the subject itself when a plain
+        subscriber covers it, and one member of each queue group serving it), and its
+        payload; NoResponders when nobody would answer."""
         self._check_open()
         self._frames.header(subject)  # validates
-        sb = subject_bytes(subject)
-        if not self._interest.covers(sb, responders=True):
+        targets = self._request_targets(subject)
+        if not targets:
             self._plane.read_interest()
-            if not self._interest.covers(sb, responders=True):
+            targets = self._request_targets(subject)
+            if not targets:
                 self._no_responders += 1
                 raise NoResponders(
-                    f"no subscriber for {subject!r} is connected to this node; start a "
-                    "responder or wait for one with `await node.wait_for_interest(subject)`",
+                    f"no subscriber or queue group for {subject!r} is connected to this "
+                    "node; start a responder or wait for one with "
+                    "`await aoz.wait_for_service(node, subject)`",
                     subject=subject,
                 )
-        return self._frames.payload(data, codec)
+        return targets, self._frames.payload(data, codec, headers)
+
+    def _request_targets(self, subject: str) -> list[str]:
+        plain = self._interest.covers(subject_bytes(subject), responders=True)
+        return ([subject] if plain else []) + self._interest.queue_targets(subject)
+
+    def _send_request(self, targets: list[str], handle: bytes, payload: bytes) -> None:
+        # one frame per target, one reply handle: replies from any of them reach the
+        # same waiter (the first wins for request(); request_many() gets them all)
+        for target in targets:
+            self._send.send(self._frames.request(target, handle, payload))
 
     async def request(
         self,
@@ -520,20 +579,28 @@ class Node:
         *,
         timeout: float = 1.0,
         codec: Codec | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Message:
-        """Send a request and return the first reply.
+        """Send a request and return the first reply (``headers`` travel with it).
 
-        Raises :class:`aoz.NoResponders` at once when nobody subscribes to ``subject``
-        (catch-all subscribers such as ``>`` monitors do not count as responders),
-        :class:`aoz.RequestTimeout` when no reply arrives within ``timeout`` seconds.
+        The request reaches every plain subscriber of ``subject`` and one member of each
+        queue group serving it (:mod:`aoz.queues`). Raises :class:`aoz.NoResponders` at
+        once when nobody subscribes to ``subject`` (catch-all subscribers such as ``>``
+        monitors do not count as responders),
+        :class:`aoz.RequestTimeout` when no reply arrives within ``timeout`` seconds,
+        :class:`aoz.ServiceError` when the responder answered with an error (a service
+        whose handler raised: ``exc.remote_type``, ``exc.remote_message``).
 
         >>> reply = await node.request("SVC.quote", b"IBM", timeout=1.0)  # doctest: +SKIP
         """
-        payload = self._request_parts(subject, data, codec)
-        send, frames = self._send.send, self._frames
-        return await self._requests.wait_first(
-            subject, timeout, lambda handle: send(frames.request(subject, handle, payload))
+        targets, payload = self._request_parts(subject, data, codec, headers)
+        reply = await self._requests.wait_first(
+            subject, timeout, lambda handle: self._send_request(targets, handle, payload)
         )
+        remote = reply.error
+        if remote is not None:  # the responder failed: an error, never a value
+            raise ServiceError.from_reply(subject, remote)
+        return reply
 
     def request_many(
         self,
@@ -543,18 +610,22 @@ class Node:
         timeout: float = 1.0,
         max_replies: int | None = None,
         codec: Codec | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> ReplyStream:
         """Send a request and iterate over every reply until ``timeout`` or ``max_replies``.
+
+        An error reply (a responder that failed) raises :class:`aoz.ServiceError` from
+        the iteration, at its place among the replies.
 
         >>> async for reply in node.request_many("SVC.quote", timeout=0.5):  # doctest: +SKIP
         ...     print(reply.decode())
         """
         if max_replies is not None and max_replies < 1:
             raise UsageError("max_replies must be >= 1 (or None for every reply until timeout)")
-        payload = self._request_parts(subject, data, codec)
+        targets, payload = self._request_parts(subject, data, codec, headers)
         stream, handle = self._requests.open_stream(subject, timeout, max_replies)
         try:
-            self._send.send(self._frames.request(subject, handle, payload))
+            self._send_request(targets, handle, payload)
         except BaseException:
             stream.close()
             raise
@@ -674,12 +745,24 @@ class _DriverPort:
         self._node._plane.count(counter, n)
 
 
+async def _await(result: Awaitable[Any]) -> None:
+    try:
+        await result
+    except Exception:
+        log.exception("the error_cb given to aoz.connect raised")
+
+
 def _program_name() -> str:
     name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
     return name or "python"
 
 
-def connect(*, config: str | os.PathLike[str] | None = None, **settings: Any) -> Node:
+def connect(
+    *,
+    config: str | os.PathLike[str] | None = None,
+    error_cb: Callable[[AozError], Any] | None = None,
+    **settings: Any,
+) -> Node:
     """Create a node; use it as ``async with aoz.connect(...) as node``.
 
     With no arguments the node joins the mesh through the naming daemon at
@@ -689,7 +772,12 @@ def connect(*, config: str | os.PathLike[str] | None = None, **settings: Any) ->
     Settings also come from ``AOZ_*`` environment variables and ``config=`` (a TOML or
     JSON file).
 
+    ``error_cb`` (as nats.py's) is called, plain or ``async``, with
+    :class:`aoz.MessagesLost` when a subscription is losing messages (at most every 5 s
+    per subscription, with the totals) and with :class:`aoz.ClosedError` when the node
+    fails: what an application without logging configured would otherwise miss.
+
     >>> async with aoz.connect(bind=["tcp://127.0.0.1:*"]) as node:  # doctest: +SKIP
     ...     await node.publish("greeting", "hello")
     """
-    return Node(load_settings(settings, config=config))
+    return Node(load_settings(settings, config=config), error_cb=error_cb)

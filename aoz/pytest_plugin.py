@@ -20,6 +20,10 @@ test plugin:
     every node it made is closed at teardown.
 ``aoz_node``
     one node made by ``aoz_node_factory()``.
+``aoz_mesh``
+    a :class:`aoz.testing.TestMesh`: an nsd (and services, ``aoz_mesh.serve(...)``) on a
+    thread of its own, for tests that block their loop (FastAPI's ``TestClient``) and
+    for plain ``def`` tests; ``aoz_mesh.settings()`` joins an app or a node to it.
 
 Example::
 
@@ -39,7 +43,7 @@ inside the fixtures.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
@@ -49,8 +53,9 @@ if TYPE_CHECKING:
 
     from aoz.discovery.nsd import NamingDaemon
     from aoz.node import Node
+    from aoz.testing import TestMesh
 
-__all__ = ["NodeFactory", "aoz_node", "aoz_node_factory", "aoz_nsd"]
+__all__ = ["NodeFactory", "aoz_mesh", "aoz_node", "aoz_node_factory", "aoz_nsd"]
 
 # Settings that choose how a node finds peers; when none is given the node joins aoz_nsd.
 _DISCOVERY_KEYS = frozenset(
@@ -230,3 +235,12 @@ def aoz_node(request: pytest.FixtureRequest, aoz_node_factory: NodeFactory) -> N
     """One node joined to ``aoz_nsd`` (closed at teardown by ``aoz_node_factory``)."""
     name = "_aoz_node_anyio" if _uses_anyio(request) else "_aoz_node_asyncio"
     return request.getfixturevalue(name)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def aoz_mesh() -> Iterator[TestMesh]:
+    """A :class:`aoz.testing.TestMesh` (an nsd and services on their own thread)."""
+    from aoz.testing import TestMesh
+
+    with TestMesh() as mesh:
+        yield mesh

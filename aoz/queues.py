@@ -50,16 +50,18 @@ no I/O and is tested without sockets; the functions below it drive a node.
 from __future__ import annotations
 
 import itertools
-import random
-import re
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-import anyio
-
-from .errors import NoResponders, RequestTimeout, SubjectError, WaitTimeout
-from .protocol.subjects import MAX_SUBJECT
+from .errors import WaitTimeout
+from .protocol.queuegroups import (
+    QUEUE_PREFIX,
+    QueueTable,
+    check_group,
+    member_subject,
+    parse_member,
+)
 
 if TYPE_CHECKING:
     from .message import Message
@@ -82,182 +84,12 @@ __all__ = [
     "wait_for_receivers",
 ]
 
-QUEUE_PREFIX = "_QUEUE."
-_PREFIX_B = QUEUE_PREFIX.encode()
-_GROUP_RE = re.compile(r"[A-Za-z0-9_\-:]{1,64}")
-
-
-# ------------------------------------------------------------------------ pure part
-def check_group(group: str) -> str:
-    """Validate a queue group name: 1..64 of ``A-Z a-z 0-9 _ - :`` (one subject token).
-
-    >>> check_group("workers")
-    'workers'
-    """
-    if not isinstance(group, str) or not _GROUP_RE.fullmatch(group):
-        raise SubjectError(
-            f"queue group {group!r} is not valid: use 1..64 letters, digits, '_', '-' or ':' "
-            "(no dots or wildcards), e.g. 'workers'"
-        )
-    return group
-
-
-def member_subject(group: str, member: str, subject: str) -> str:
-    """The exact subject member ``member`` of ``group`` subscribes to for ``subject``.
-
-    >>> member_subject("workers", "3669840e-d043-11ea-adc2-fcaa146e6b01-1", "SVC.work")
-    '_QUEUE.workers.3669840e-d043-11ea-adc2-fcaa146e6b01-1.SVC.work'
-    """
-    check_group(group)
-    if not subject or "*" in subject.split(".") or ">" in subject.split("."):
-        raise SubjectError(
-            f"queue group members subscribe to exact subjects, not {subject!r}", subject=subject
-        )
-    out = f"{QUEUE_PREFIX}{group}.{member}.{subject}"
-    if len(out.encode()) > MAX_SUBJECT:
-        raise SubjectError(
-            f"subject {subject!r} is too long for a queue group: with the group and member "
-            f"it needs {len(out.encode())} of {MAX_SUBJECT} bytes; shorten it or the group",
-            subject=subject,
-        )
-    return out
-
-
-def parse_member(prefix: bytes) -> tuple[str, str, str] | None:
-    """``(group, member, subject)`` from a member's ZeroMQ filter, else None.
-
-    The filter of an exact subscription is the subject's bytes and a NUL (SPEC §7).
-
-    >>> parse_member(b"_QUEUE.workers.m-1.SVC.work\\x00")
-    ('workers', 'm-1', 'SVC.work')
-    >>> parse_member(b"SVC.work\\x00") is None
-    True
-    """
-    if not prefix.startswith(_PREFIX_B) or not prefix.endswith(b"\0"):
-        return None
-    try:
-        text = prefix[len(_PREFIX_B) : -1].decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    parts = text.split(".", 2)
-    if len(parts) != 3 or not all(parts) or not _GROUP_RE.fullmatch(parts[0]):
-        return None
-    return parts[0], parts[1], parts[2]
-
-
-class QueueTable:
-    """Members per subject and group, from interest prefixes; picks one per group.
-
-    Pure: feed it the interest set's prefixes (:meth:`sync`, or :meth:`add` /
-    :meth:`discard` per XPUB event) and ask :meth:`targets`.
-
-    >>> t = QueueTable(seed=0)
-    >>> t.sync([b"_QUEUE.w.a.S\\x00", b"_QUEUE.w.b.S\\x00", b"S\\x00"])
-    True
-    >>> sorted({t.targets("S")[0] for _ in range(4)})
-    ['_QUEUE.w.a.S', '_QUEUE.w.b.S']
-    """
-
-    def __init__(self, seed: int | None = None) -> None:
-        # subject -> group -> sorted member ids
-        self._members: dict[str, dict[str, list[str]]] = {}
-        self._prefixes: frozenset[bytes] = frozenset()
-        self._turn: dict[tuple[str, str], int] = {}
-        self._rng = random.Random(seed)
-
-    def sync(self, prefixes: Iterable[bytes]) -> bool:
-        """Replace the membership with the members among ``prefixes``; True if it changed."""
-        mine = frozenset(p for p in prefixes if p.startswith(_PREFIX_B))
-        if mine == self._prefixes:
-            return False
-        for p in self._prefixes - mine:
-            self.discard(p)
-        for p in mine - self._prefixes:
-            self.add(p)
-        return True
-
-    def add(self, prefix: bytes) -> bool:
-        """A member's subscription arrived; True if it is a queue member."""
-        parsed = parse_member(prefix)
-        if parsed is None:
-            return False
-        group, member, subject = parsed
-        self._prefixes = self._prefixes | {prefix}
-        ms = self._members.setdefault(subject, {}).setdefault(group, [])
-        if member not in ms:
-            ms.append(member)
-            ms.sort()
-        return True
-
-    def discard(self, prefix: bytes) -> bool:
-        """A member's subscription went away; True if it was a known member."""
-        parsed = parse_member(prefix)
-        if parsed is None or prefix not in self._prefixes:
-            return False
-        group, member, subject = parsed
-        self._prefixes = self._prefixes - {prefix}
-        groups = self._members.get(subject, {})
-        ms = groups.get(group, [])
-        if member in ms:
-            ms.remove(member)
-        if not ms:
-            groups.pop(group, None)
-            self._turn.pop((subject, group), None)
-        if not groups:
-            self._members.pop(subject, None)
-        return True
-
-    def groups(self, subject: str) -> dict[str, list[str]]:
-        """Group -> member ids (sorted) for ``subject``."""
-        return {g: list(ms) for g, ms in self._members.get(subject, {}).items()}
-
-    def targets(self, subject: str) -> list[str]:
-        """One member subject per group on ``subject``, each group rotating round robin."""
-        groups = self._members.get(subject)
-        if not groups:
-            return []
-        out = []
-        for group, ms in groups.items():
-            key = (subject, group)
-            turn = self._turn.get(key)
-            if turn is None:
-                turn = self._rng.randrange(len(ms))  # senders do not all start on one member
-            self._turn[key] = turn + 1
-            out.append(f"{QUEUE_PREFIX}{group}.{ms[turn % len(ms)]}.{subject}")
-        return out
-
-
 # ------------------------------------------------------------------------ node side
 _member_ids = itertools.count(1)
-# node id -> (node, table, interest version the table was synced at)
-_tables: dict[int, tuple[Any, QueueTable, int]] = {}
-
-
-def _table(node: Node) -> QueueTable:
-    """This node's queue table, synced with its interest set when that changed.
-
-    Members come from the node's interest set (``node.interest``: its filters and
-    change counter); :func:`_interest_changed` waits on ``node.interest_changed``.
-    """
-    interest = node.interest
-    entry = _tables.get(id(node))
-    if entry is None or entry[0] is not node:
-        if len(_tables) > 64:  # nodes come and go (tests): forget closed ones
-            for k in [k for k, (n, _, _) in _tables.items() if n.closed]:
-                del _tables[k]
-        entry = (node, QueueTable(), -1)
-    table = entry[1]
-    if entry[2] != interest.version:
-        table.sync(interest.filters())
-        entry = (node, table, interest.version)
-    _tables[id(node)] = entry
-    return table
-
-
 def members(node: Node, subject: str) -> dict[str, list[str]]:
     """The queue groups on ``subject`` known to this node: group -> member ids."""
     node.has_interest(subject)  # reads pending subscription events on a miss
-    return _table(node).groups(subject)
+    return node.interest.queue_groups(subject)
 
 
 async def wait_for_members(
@@ -289,12 +121,15 @@ async def wait_for_members(
         await _interest_changed(node, min(remaining, 0.05))
 
 
-async def wait_for_receivers(node: Node, subject: str, timeout: float = 5.0) -> bool:
+async def wait_for_receivers(
+    node: Node, subject: str, timeout: float = 5.0, *, responders: bool = False
+) -> bool:
     """Wait until a plain subscriber or a queue-group member of ``subject`` has reached
-    this node; True if one did within ``timeout`` seconds (no exception)."""
+    this node; True if one did within ``timeout`` seconds (no exception). With
+    ``responders=True`` a catch-all subscriber does not count (as for requests)."""
     deadline = time.monotonic() + timeout
     while True:
-        if node.has_interest(subject) or members(node, subject):
+        if node.has_interest(subject, responders=responders) or members(node, subject):
             return True
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -366,7 +201,8 @@ def subscribe(
 
 
 async def publish(
-    node: Node, subject: str, data: object = b"", *, codec: Codec | None = None
+    node: Node, subject: str, data: object = b"", *, codec: Codec | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> int:
     """Publish to every plain subscriber of ``subject`` and one member of each queue group.
 
@@ -374,13 +210,13 @@ async def publish(
     as a plain publish would be).
     """
     plain = node.has_interest(subject)
-    targets = _table(node).targets(subject)
+    targets = node.interest.queue_targets(subject)
     sent = 0
     if plain:
-        await node.publish(subject, data, codec=codec)
+        await node.publish(subject, data, codec=codec, headers=headers)
         sent += 1
     for target in targets:
-        await node.publish(target, data, codec=codec)
+        await node.publish(target, data, codec=codec, headers=headers)
         sent += 1
     return sent
 
@@ -393,35 +229,10 @@ async def request(
     timeout: float = 1.0,
     codec: Codec | None = None,
 ) -> Message:
-    """:meth:`aoz.Node.request` that also reaches queue groups: the request goes to the
-    plain subscribers and one member of each group; the first reply wins.
+    """:meth:`aoz.Node.request`, which reaches queue groups itself: the request goes
+    to the plain subscribers and one member of each group; the first reply wins. Kept
+    for callers of the first queue-group API.
 
     Raises :class:`aoz.NoResponders` when nobody (plain or member) listens.
     """
-    plain = node.has_interest(subject)
-    targets = _table(node).targets(subject)
-    if not targets:
-        return await node.request(subject, data, timeout=timeout, codec=codec)
-    if not plain and len(targets) == 1:
-        return await node.request(targets[0], data, timeout=timeout, codec=codec)
-    subjects = ([subject] if plain else []) + targets
-    winner: list[Message] = []
-    errors: list[BaseException] = []
-    async with anyio.create_task_group() as tg:
-
-        async def one(s: str) -> None:
-            try:
-                reply = await node.request(s, data, timeout=timeout, codec=codec)
-            except (NoResponders, RequestTimeout) as exc:
-                errors.append(exc)
-                return
-            if not winner:
-                winner.append(reply)
-                tg.cancel_scope.cancel()
-
-        for s in subjects:
-            tg.start_soon(one, s)
-    if winner:
-        return winner[0]
-    timeouts = [e for e in errors if isinstance(e, RequestTimeout)]
-    raise (timeouts or errors)[0]
+    return await node.request(subject, data, timeout=timeout, codec=codec)

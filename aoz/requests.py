@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import anyio
 
-from .errors import ClosedError, DecodeError, RequestTimeout
+from .errors import ClosedError, DecodeError, RequestTimeout, ServiceError
 from .message import Message, Responder, data_start
 from .protocol.frames import Kind
 from .protocol.inbox import InboxTable
@@ -68,6 +68,9 @@ class ReplyStream(Mailbox[Message]):
         with anyio.move_on_after(max(remaining, 0.0)):
             msg = await self._get()
             self._seen += 1
+            remote = msg.error
+            if remote is not None:  # a responder failed: raised where its reply stands
+                raise ServiceError.from_reply(self.subject, remote)
             return msg
         self.close()
         raise StopAsyncIteration

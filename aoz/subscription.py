@@ -217,6 +217,10 @@ class Mailbox(Generic[T]):
     def _ended(self) -> BaseException:
         return self._error if self._error is not None else StopAsyncIteration()
 
+    async def get(self) -> T:
+        """The next item, waiting for one; raises when the mailbox has ended."""
+        return await self._get()
+
     async def _get(self) -> T:
         while True:
             if self._queue:
@@ -270,7 +274,7 @@ class Subscription(Mailbox["Message"]):
     overflow policy drops messages and counts them (:meth:`statistics`).
     """
 
-    __slots__ = ("_warned_at", "lost", "pattern")
+    __slots__ = ("_warned_at", "lost", "on_loss", "pattern")
 
     def __init__(
         self,
@@ -283,6 +287,9 @@ class Subscription(Mailbox["Message"]):
         self.pattern = pattern
         self.lost = 0
         self._warned_at = -_WARN_EVERY
+        #: called (at most every 5 s) when this subscription is losing messages: the
+        #: node's ``error_cb`` hook (aoz.connect(error_cb=...))
+        self.on_loss: Callable[[Subscription], None] | None = None
 
     def _overflowed(self) -> None:
         self._warn()
@@ -302,6 +309,8 @@ class Subscription(Mailbox["Message"]):
                 "send_policy='block' on the publisher", self.pattern.text, self.dropped,
                 self._limit, self.lost,
             )
+            if self.on_loss is not None:
+                self.on_loss(self)
 
     def __aiter__(self) -> Subscription:
         return self

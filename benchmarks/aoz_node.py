@@ -32,7 +32,8 @@ ANY = "tcp://127.0.0.1:*"
 
 
 async def pub(p: dict[str, Any], stall: bool = False) -> None:
-    async with aoz.connect(bind=[ANY], **p.get("settings", {})) as node:
+    # "bind": another data endpoint (benchmarks.transport compares ipc:// with tcp)
+    async with aoz.connect(bind=[p.get("bind", ANY)], **p.get("settings", {})) as node:
         emit("ready", endpoint=node.endpoint)
         await node.wait_for_interest(SUBJECT, timeout=p.get("wait", 10.0))
         payload = b"x" * p["size"]

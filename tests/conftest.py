@@ -9,6 +9,11 @@ import pytest
 
 import aoz
 
+# autouse: sockets, tasks and descriptors back to baseline after each node test
+from .leaks import leak_check, no_leaked_sockets_or_fds
+
+__all__ = ["leak_check", "no_leaked_sockets_or_fds"]
+
 
 @pytest.fixture
 async def static_pair() -> AsyncIterator[tuple[aoz.Node, aoz.Node]]:
@@ -25,3 +30,7 @@ async def static_pair() -> AsyncIterator[tuple[aoz.Node, aoz.Node]]:
 def pytest_report_header(config: pytest.Config) -> str:
     # CI runs the suite on each hot path (see the Makefile); say which this run is on
     return f"aoz hot path: {aoz.hot_path()}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "leaks_ok(why): the leak check skips this test")

@@ -75,6 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         _error(str(exc))
         return 2
+    if args in (["--version"], ["-V"]):  # needs no extra (typer, rich)
+        import aoz
+
+        print(f"aoz {aoz.__version__} (hot path: {aoz.hot_path()})")
+        return 0
     verb = next((a for a in args if not a.startswith("-")), "")
     default = "info" if verb in _DAEMONS else "warning"
     logging.basicConfig(

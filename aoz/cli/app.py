@@ -14,6 +14,7 @@ HELP = (
 
 def build_app() -> typer.Typer:
     # each module registers its verbs (imported by name: the package imports this module)
+    from .asyncapi import register as register_asyncapi
     from .bench import register as register_bench
     from .daemons import register as register_daemons
     from .peers import register as register_peers
@@ -56,4 +57,5 @@ def build_app() -> typer.Typer:
     register_peers(app)
     register_bench(app)
     register_daemons(app)
+    register_asyncapi(app)
     return app

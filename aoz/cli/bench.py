@@ -260,6 +260,12 @@ def _report(r: Result) -> None:
             lt.add_column(k, justify="right")
         lt.add_row(*(f"{v:,.0f}" for v in r.latency_us.values()))
         con.print(lt)
+    # natscli's summary lines, which scripts and people grep for
+    con.print(f"Pub stats: {r.pub_msgs_per_s:,.0f} msgs/sec ~ "
+              f"{r.pub_msgs_per_s * r.size / 1e6:,.2f} MB/sec")
+    if r.sub_msgs_per_s:
+        total = sum(r.sub_msgs_per_s)
+        con.print(f"Sub stats: {total:,.0f} msgs/sec ~ {total * r.size / 1e6:,.2f} MB/sec")
     if r.lost:
         con.print(f"[yellow]{r.lost:,} {what} lost[/yellow]")
 

@@ -20,7 +20,6 @@ counters, the tick loop and how actions are applied.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -33,8 +32,10 @@ import zmq.asyncio
 from anyio.abc import TaskStatus
 from zmq.utils.monitor import parse_monitor_message
 
+from .._errmap import mapped, tolerated
 from ..config import Settings
-from ..errors import DecodeError, NamingTimeout, TransportError
+from ..endpoints import ipc_mesh
+from ..errors import AozError, DecodeError, NamingTimeout
 from ..protocol.naming import NamingType, decode_naming, encode_naming
 from ..sockopts import GUARD_EVENTS, HANDSHAKE_FAILED, HandshakeGuard, apply_naming_options
 from .peers import Peer, PeerEvent
@@ -55,9 +56,30 @@ from .state import (
 if TYPE_CHECKING:
     from .links import DataLinks
 
-__all__ = ["DriverCore", "NamingDriver"]
+__all__ = ["DriverCore", "NamingDriver", "flush_naming", "naming_context"]
 
 log = logging.getLogger("aoz.discovery")
+
+_context: zmq.asyncio.Context | None = None
+
+
+def naming_context() -> zmq.asyncio.Context:
+    """The ZeroMQ context of every naming socket in this process (aoz's own, not pyzmq's
+    global instance, so :func:`flush_naming` touches nothing of the application's)."""
+    global _context  # one context per process, made on first use
+    if _context is None or _context.closed:
+        _context = zmq.asyncio.Context()
+    return _context
+
+
+def flush_naming(linger_ms: int) -> None:
+    """At process exit: let a just-sent ``D`` leave (up to ``linger_ms``), then end the
+    naming context. Without it, exiting discards what its sockets still queue. Data
+    sockets need no such call: each node terminates its own context when it closes."""
+    global _context
+    ctx, _context = _context, None
+    if ctx is not None and not ctx.closed:
+        ctx.destroy(linger=linger_ms)
 
 _NAMING = b"_NAMING"
 _BATCH = 512  # naming frames handled per wake-up before yielding to the loop
@@ -113,6 +135,7 @@ class DriverCore:
             expire_beacons=s.expire_beacons,
             require_welcome=require_welcome,
             wall_offset=self._wall_offset,
+            allow_ipc=ipc_mesh(s),
         )
 
     def _send(self, ftype: NamingType) -> None:  # pragma: no cover - overridden
@@ -245,26 +268,28 @@ class NamingDriver(DriverCore):
         """
         state = self._state
         for mon, guard in self._monitors:
-            try:
-                while True:
-                    ev = parse_monitor_message(mon.recv_multipart(zmq.NOBLOCK))
-                    event = ev["event"]
-                    raw = ev["endpoint"]
-                    endpoint = raw.decode() if isinstance(raw, bytes) else ""
-                    guard.event(event, endpoint, now)
-                    if mon is not self._sub_mon:  # the naming PUB: which XSUBs are up
-                        if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                            self._xsub_up[endpoint] = True
-                        elif event == zmq.EVENT_DISCONNECTED or event in HANDSHAKE_FAILED:
-                            self._xsub_up[endpoint] = False
-                    ours = mon is self._sub_mon and state is not None
-                    if ours and event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                        assert state is not None
-                        state.subscription_connected(now)
-            except zmq.Again:
-                pass
-            except (zmq.ZMQError, ValueError, KeyError) as exc:  # closed, or a bad event
-                log.debug("naming monitor: %s", exc)
+            # the monitors close with the driver; a read after that has nothing to tell
+            with tolerated("cannot read the naming monitor", "the driver is closing"):
+                try:
+                    while True:
+                        ev = parse_monitor_message(mon.recv_multipart(zmq.NOBLOCK))
+                        event = ev["event"]
+                        raw = ev["endpoint"]
+                        endpoint = raw.decode() if isinstance(raw, bytes) else ""
+                        guard.event(event, endpoint, now)
+                        if mon is not self._sub_mon:  # the naming PUB: which XSUBs are up
+                            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                                self._xsub_up[endpoint] = True
+                            elif event == zmq.EVENT_DISCONNECTED or event in HANDSHAKE_FAILED:
+                                self._xsub_up[endpoint] = False
+                        ours = mon is self._sub_mon and state is not None
+                        if ours and event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                            assert state is not None
+                            state.subscription_connected(now)
+                except zmq.Again:  # flow control: no more events queued
+                    pass
+                except (ValueError, KeyError) as exc:  # an event libzmq's parser rejects
+                    log.debug("naming monitor: malformed event: %s", exc)
             guard.tick(now)
 
     def _wanted_naming(self, is_sub: bool) -> Callable[[str], bool]:
@@ -279,24 +304,24 @@ class NamingDriver(DriverCore):
         data = self._frames.get(ftype)
         if data is None:
             data = self._frames[ftype] = encode_naming(self._state.frame(ftype))
-        try:
+        # a PUB drops at its HWM instead of failing, so a failure is a closed socket
+        with tolerated("cannot send a naming frame", "the naming PUB is closing"):
             self._pub.send(data, zmq.NOBLOCK)
             self._counters["naming_out"] += 1
-        except zmq.ZMQError as exc:  # PUB drops at the HWM instead; this is a closed socket
-            log.debug("naming send failed: %s", exc)
 
     def _connect_naming(self, endpoint: str) -> None:
         if self._pub is None:
             return
         self._drop_dead_xsubs(endpoint)
         try:
-            self._pub.connect(endpoint)
+            with mapped(f"cannot connect the naming PUB to the nsd XSUB {endpoint}"):
+                self._pub.connect(endpoint)
             log.debug("naming PUB connected to nsd XSUB %s", endpoint)
-        except zmq.ZMQError as exc:
+        except AozError as exc:  # one bad welcome must not stop the node: count, go on
             self._counters["naming_connect_errors"] = (
                 self._counters.get("naming_connect_errors", 0) + 1
             )
-            log.warning("cannot connect naming PUB to %s: %s", endpoint, exc)
+            log.warning("%s", exc)
 
     def _drop_dead_xsubs(self, new: str) -> None:
         """A new welcome: an XSUB we were told about earlier whose link is down belongs to
@@ -306,7 +331,8 @@ class NamingDriver(DriverCore):
             return
         for old in self._state.xsub_endpoints:
             if old != new and not self._xsub_up.get(old, False):
-                with contextlib.suppress(zmq.ZMQError):
+                with tolerated(f"cannot disconnect the naming PUB from {old}",
+                               "libzmq may have dropped the dead link already"):
                     self._pub.disconnect(old)
                 self._state.forget_xsub(old)
                 self._xsub_up.pop(old, None)
@@ -326,7 +352,7 @@ class NamingDriver(DriverCore):
         self._state = state = self._make_state(links, require_welcome=True)
         # The naming sockets live in their own context (not the data sockets' one):
         # naming must keep working even if a data socket misbehaves in its io thread.
-        actx = zmq.asyncio.Context.instance()
+        actx = naming_context()
         sub = actx.socket(zmq.SUB)
         pub: zmq.Socket[bytes] = zmq.Context.shadow(actx.underlying).socket(zmq.PUB)
         monitors: list[zmq.Socket[bytes]] = []
@@ -346,13 +372,8 @@ class NamingDriver(DriverCore):
             pub.setsockopt(zmq.LINGER, int(max(s.linger, 0.1) * 1000))
             sub.setsockopt(zmq.SUBSCRIBE, _NAMING)
             for ep in s.naming:
-                try:
+                with mapped(f"cannot connect to naming daemon {ep}"):
                     sub.connect(ep)
-                except zmq.ZMQError as exc:
-                    raise TransportError(
-                        f"cannot connect to naming daemon {ep}: {exc}; "
-                        "give tcp://host:port addresses in `naming`"
-                    ) from exc
             self._pub = pub
             self._apply(state.start(time.monotonic()))
             async with anyio.create_task_group() as tg:
@@ -363,7 +384,8 @@ class NamingDriver(DriverCore):
             self._pub = None
             self._monitors = []
             for sock in (sub, pub):
-                with contextlib.suppress(zmq.ZMQError):
+                with tolerated("cannot stop a naming socket's monitor",
+                               "the monitor may not have started"):
                     sock.disable_monitor()
             for mon in monitors:
                 mon.close(linger=0)

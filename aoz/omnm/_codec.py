@@ -28,12 +28,12 @@ from ._model import (
     OpenMamaCompatWarning,
     Price,
     Time,
-    _as_message,
-    _as_price,
-    _as_time,
-    _new_field,
+    as_message,
+    as_price,
+    as_time,
     field_from_value,
     narrowest_int_type,
+    new_field,
 )
 
 __all__ = ["MAX_DEPTH", "decode", "encode", "field_from_value", "narrowest_int_type"]
@@ -186,7 +186,7 @@ def _w_opaque(buf: bytearray, v: Any, depth: int) -> None:
 
 
 def _time_bytes(v: Any) -> bytes:
-    t = _as_time(v)
+    t = as_time(v)
     if not 0 <= t.seconds <= _U32_MAX:
         raise ValueError(
             "OpenMAMA can only express TIME seconds in 0..4294967295 (1970..2106); "
@@ -202,13 +202,13 @@ def _w_time(buf: bytearray, v: Any, depth: int) -> None:
 
 
 def _w_price(buf: bytearray, v: Any, depth: int) -> None:
-    p = _as_price(v)
+    p = as_price(v)
     buf += _PRICE.pack(p.value, p.hints)
 
 
 def _w_msg(buf: bytearray, v: Any, depth: int) -> None:
     inner = bytearray(HEADER)
-    _encode_into(inner, _as_message(v), depth + 1)
+    _encode_into(inner, as_message(v), depth + 1)
     buf += _U32.pack(len(inner))
     buf += inner
 
@@ -251,7 +251,7 @@ def _w_vmsg(buf: bytearray, v: Any, depth: int) -> None:
     sizes = set()
     for m in v:
         one = bytearray(HEADER)
-        _encode_into(one, _as_message(m), depth + 1)
+        _encode_into(one, as_message(m), depth + 1)
         sizes.add(len(one))
         inner += _U32.pack(len(one))
         inner += one
@@ -274,7 +274,7 @@ def _w_vtime(buf: bytearray, v: Any, depth: int) -> None:
 
 
 def _w_vprice(buf: bytearray, v: Any, depth: int) -> None:
-    body = b"".join(_PRICE.pack(p.value, p.hints) for p in map(_as_price, v))
+    body = b"".join(_PRICE.pack(p.value, p.hints) for p in map(as_price, v))
     buf += _U32.pack(len(body))
     buf += body
 
@@ -341,7 +341,7 @@ def _decode(buf: bytes, pos: int, end: int, depth: int) -> Message:
             nxt = pos + s.size
             if nxt > end:
                 raise _fail(f"{t.name} field {name!r} truncated")
-            append(_new_field(Field, (name, fid, t, s.unpack_from(buf, pos)[0])))
+            append(new_field(Field, (name, fid, t, s.unpack_from(buf, pos)[0])))
             pos = nxt
             continue
         if tb == 8 and end - pos >= 4:  # STRING, the commonest sized field: inline
@@ -350,12 +350,12 @@ def _decode(buf: bytes, pos: int, end: int, depth: int) -> Message:
             if start < nxt <= end and buf[nxt - 1] == 0:
                 stop = buf.find(b"\0", start, nxt)
                 text = buf[start:stop].decode("utf-8", "surrogateescape")
-                append(_new_field(Field, (name, fid, t, text)))
+                append(new_field(Field, (name, fid, t, text)))
                 pos = nxt
                 continue
             # malformed: the general reader below says what is wrong
         value, pos = _READER_BY_ID[tb](buf, pos, end, depth, t)
-        append(_new_field(Field, (name, fid, t, value)))
+        append(new_field(Field, (name, fid, t, value)))
     return Message._of(fields)
 
 

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Final, NamedTuple, TypeAlias
 
 import msgspec
 
-from ..errors import EncodeError
+from ..errors import EncodeError, UsageError
 
 __all__ = [
     "Field",
@@ -102,7 +102,7 @@ class Time(msgspec.Struct, frozen=True):
         silently read as UTC by the other side).
         """
         if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(
+            raise UsageError(
                 f"{value!r} has no time zone; omnm TIME is UTC, so pass an aware datetime "
                 "(datetime.now(timezone.utc), dt.replace(tzinfo=timezone.utc), ...)"
             )
@@ -304,7 +304,7 @@ def _plain(value: Any, plain: bool) -> Any:
 
 _FT = FieldType
 # Field(...) without NamedTuple's Python-level __new__ (hot in decoding and inference)
-_new_field: Final[Callable[[type[Field], tuple[Any, ...]], Field]] = tuple.__new__
+new_field: Final[Callable[[type[Field], tuple[Any, ...]], Field]] = tuple.__new__
 
 _INT_RANGES: Final = (
     (_FT.U8, 0, 0xFF), (_FT.U16, 0, 0xFFFF), (_FT.U32, 0, _U32_MAX), (_FT.U64, 0, 2**64 - 1),
@@ -394,13 +394,13 @@ def field_from_value(name: str | None, fid: int, value: Any) -> Field:
     """
     tv = type(value)
     if tv is str or tv is float:  # the common cases, without the general dispatch
-        return _new_field(Field, (name, fid, _FT.STRING if tv is str else _FT.F64, value))
+        return new_field(Field, (name, fid, _FT.STRING if tv is str else _FT.F64, value))
     if tv is int:
         if 0 <= value <= 0xFFFF_FFFF:
             t = _FT.U8 if value <= 0xFF else _FT.U16 if value <= 0xFFFF else _FT.U32
         else:
             t = narrowest_int_type(value)
-        return _new_field(Field, (name, fid, t, value))
+        return new_field(Field, (name, fid, t, value))
     if isinstance(value, Typed):
         try:
             t = FieldType(value.type)
@@ -416,25 +416,25 @@ def field_from_value(name: str | None, fid: int, value: Any) -> Field:
 
 def _normalise(t: FieldType, value: Any) -> Any:
     if t is _FT.MSG:
-        return value if isinstance(value, Message) else _as_message(value)
+        return value if isinstance(value, Message) else as_message(value)
     if t is _FT.TIME:
-        return _as_time(value)
+        return as_time(value)
     if t is _FT.PRICE:
-        return _as_price(value)
+        return as_price(value)
     if t is _FT.OPAQUE and isinstance(value, bytearray | memoryview):
         return bytes(value)
     if t.is_vector and isinstance(value, tuple):
         value = list(value)
     if t is _FT.VECTOR_MSG:
-        return [v if isinstance(v, Message) else _as_message(v) for v in value]
+        return [v if isinstance(v, Message) else as_message(v) for v in value]
     if t is _FT.VECTOR_TIME:
-        return [_as_time(v) for v in value]
+        return [as_time(v) for v in value]
     if t is _FT.VECTOR_PRICE:
-        return [_as_price(v) for v in value]
+        return [as_price(v) for v in value]
     return value
 
 
-def _as_message(value: Any) -> Message:
+def as_message(value: Any) -> Message:
     if isinstance(value, Message):
         return value
     if isinstance(value, Mapping):
@@ -448,7 +448,7 @@ def _as_message(value: Any) -> Message:
         ) from None
 
 
-def _as_time(value: Any) -> Time:
+def as_time(value: Any) -> Time:
     if isinstance(value, Time):
         return value
     if isinstance(value, _dt.datetime):
@@ -459,7 +459,7 @@ def _as_time(value: Any) -> Time:
     raise EncodeError(f"a TIME field needs an aware datetime or omnm.Time, not {value!r}")
 
 
-def _as_price(value: Any) -> Price:
+def as_price(value: Any) -> Price:
     if isinstance(value, Price):
         return value
     if isinstance(value, int | float) and not isinstance(value, bool):

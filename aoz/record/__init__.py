@@ -12,13 +12,12 @@ reader; the columns are documented in :mod:`aoz.record.schema`.
 
 from __future__ import annotations
 
-try:
-    import pyarrow  # noqa: F401  (fail at import, not at the first flush)
-except ImportError as exc:  # pragma: no cover - only without the extra
-    raise ImportError("aoz.record needs pyarrow: pip install 'aoz[record]'") from exc
+from .._extras import require
 
-from .recorder import Recorder, RecorderStatistics, record_main, resolve_types
-from .schema import FIXED_COLUMNS, Column, arrow_schema, columns_for, spark_ddl
+require("aoz.record", "record")  # fail at import, not at the first flush
+
+from .recorder import Recorder, RecorderStatistics, record_main, resolve_types  # noqa: E402
+from .schema import FIXED_COLUMNS, Column, arrow_schema, columns_for, spark_ddl  # noqa: E402
 
 __all__ = [
     "FIXED_COLUMNS",

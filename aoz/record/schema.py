@@ -2,24 +2,6 @@
 
 One row per message. Fixed columns, always present:
 
-column          Arrow type                      filled from
-==============  ==============================  =========================================
-``subject``     string                          the message's subject
-``sender``      string, nullable                decoded field ``sender``
-``sequence``    int64, nullable                 decoded field ``sequence`` or ``seq``
-``send_ts``     timestamp[us, UTC], nullable    decoded field ``send_ts``, ``ts`` or ``sent_at``
-``receive_ts``  timestamp[us, UTC]              ``msg.received_at`` (the recorder's clock)
-``codec``       int64                           the payload's codec id (79 omnm, -1 foreign)
-``payload``     binary                          the payload as on the wire, codec byte included
-==============  ==============================  =========================================
-
-aoz's wire frame carries no sender, sequence number or send time, so the recorder takes
-them from the payload when it is a msgpack/JSON map or an omnm message that has them
-(the demo feed's :class:`~aoz.marketdata.Quote`/:class:`~aoz.marketdata.Trade` carry
-``sender``, ``seq`` and ``ts``) and leaves them null otherwise. Numeric send times are
-read as seconds since the epoch (values above 1e11 as milliseconds, 1e14 microseconds,
-1e17 nanoseconds); a msgpack timestamp or datetime is taken as is.
-=======
 ===================  ============================  ================================================
 column               Arrow type                    filled from
 ===================  ============================  ================================================
@@ -68,8 +50,9 @@ from typing import Any, Final, Literal
 import msgspec
 
 from .. import omnm
-from ..errors import DecodeError
-from ..protocol.sequence import FLAG, HEADER_LEN, is_sequenced
+from ..errors import DecodeError, UsageTypeError
+from ..protocol.headers import data_start, is_aoz_flagged
+from ..protocol.sequence import FLAG
 from ..protocol.sequence import PACK as SEQ_PACK
 
 __all__ = [
@@ -156,7 +139,10 @@ def columns_for(types: Iterable[type[Any]]) -> tuple[Column, ...]:
     for tp in types:
         info = msgspec.inspect.type_info(tp)
         if not isinstance(info, msgspec.inspect.StructType):
-            raise TypeError(f"{tp!r} is not a msgspec.Struct type")
+            raise UsageTypeError(
+                f"{tp!r} is not a msgspec.Struct type; pass the Struct classes whose fields "
+                "become columns"
+            )
         if info.tag_field is not None and info.tag_field not in out:
             out[info.tag_field] = Column(info.tag_field, "string")
         for field in info.fields:
@@ -392,17 +378,19 @@ def build_tables(
     dec = _decoder(decoded)
     # aoz's sequence header (see above): flagged codec byte, publisher id, sequence
     firsts = [p[0] if p else 0 for p in payloads]
+    # where the body starts: after the flagged first byte, the sequence header and the
+    # header block (aoz.protocol.headers.data_start); 1 for unflagged or cut-short ones
     starts = [
-        HEADER_LEN if is_sequenced(f) and len(p) >= HEADER_LEN else 1
+        max(data_start(p, 0), 1) if is_aoz_flagged(f) else 1
         for f, p in zip(firsts, payloads, strict=True)
     ]
     sequenced = len(starts) - starts.count(1)
     if sequenced:
-        codecs = [f ^ FLAG if s > 1 else f for f, s in zip(firsts, starts, strict=True)]
+        codecs = [f & 3 if s > 1 else f for f, s in zip(firsts, starts, strict=True)]
         bodies = [p[s:] for p, s in zip(payloads, starts, strict=True)]
         heads = [
-            SEQ_PACK.unpack_from(p, 1) if s > 1 else (None, None)
-            for p, s in zip(payloads, starts, strict=True)
+            SEQ_PACK.unpack_from(p, 1) if s > 1 and f & FLAG else (None, None)
+            for p, f, s in zip(payloads, firsts, starts, strict=True)
         ]
         pub_ids, pub_seqs = (list(c) for c in zip(*heads, strict=True))
         hexes: dict[int | None, str | None] = {

@@ -16,6 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._extras import missing_modules, require
+
+# The Spark side (jobs, the sink, local_session) needs the whole 'spark' extra; say so
+# at once, with everything missing, rather than naming 'record' now and 'spark' later.
+if missing_modules("record"):
+    require("aoz.spark", "spark")
+
 from . import jobs
 from .delivery import CommitNotice, Deduplicator, SinkEnvelope
 from .session import activate, local_session

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -17,7 +18,7 @@ import aoz
 from aoz import queues
 from aoz.pytest_plugin import NodeFactory
 
-from .conftest import AOZ, STEP, Proc, Spawn, clean_env
+from .conftest import AOZ, REPO, STEP, Proc, Spawn, clean_env
 
 Cli = Callable[..., Awaitable[Proc]]
 
@@ -194,6 +195,25 @@ async def test_three_reply_processes_in_a_queue_group_answer_300_requests_once_e
     assert per_member == [100, 100, 100]  # one requester: strict round robin
 
 
+async def test_req_replies_0_and_2_reach_a_queue_group(aoz_cli: Cli, aoz_node: aoz.Node) -> None:
+    """Issue #25 item 2: `aoz req --replies 0` (or 2) against `aoz reply --queue` members
+    said "no responders" (exit 2). One member of the group answers each request."""
+    members = []
+    for _ in range(2):
+        p = await aoz_cli("reply", "QRN.svc", "--echo", "--queue", "g")
+        await p.wait_stderr("in queue group 'g'")
+        members.append(p)
+    await queues.wait_for_members(aoz_node, "QRN.svc", "g", 2, timeout=STEP)
+    for replies in ("0", "2"):
+        req = await aoz_cli("req", "QRN.svc", "ask", "--replies", replies, "--timeout", "1")
+        rc, out, err = await req.finish()
+        assert rc == 0, err
+        assert out.split() == ["ask"] and "1 replies" in err, (out, err)
+    for p in members:
+        p.proc.send_signal(signal.SIGTERM)
+        await p.finish()
+
+
 async def test_req_replies_n_and_0(aoz_cli: Cli) -> None:
     responders = []
     for name in ("one", "two"):
@@ -236,6 +256,8 @@ async def test_bench_measures_the_mesh_pubsub_and_request(aoz_cli: Cli) -> None:
     rc, out, err = await table.finish(timeout=60)
     assert rc == 0, err
     assert "msgs/s" in out and "p99" in out
+    assert re.search(r"Pub stats: [\d,]+ msgs/sec ~ [\d.,]+ MB/sec", out), out
+    assert re.search(r"Sub stats: [\d,]+ msgs/sec", out), out
 
 
 async def test_broker_verb_forwards_between_nodes(spawn: Spawn) -> None:
@@ -300,3 +322,42 @@ def test_key_lists_keep_keys_that_contain_a_hash(tmp_path: Path) -> None:
     listing = tmp_path / "allow.txt"
     listing.write_text(f"# nodes\n{with_hash}\n{key}  # the second node\n\n")
     assert read_keys(listing) == [with_hash, key]
+
+
+def test_demo_is_listed_only_in_a_clone(tmp_path: Path) -> None:
+    """Issue #25 item 7: `aoz demo` was listed everywhere but runs only from a clone."""
+    import subprocess
+
+    def help_in(cwd: Path) -> str:
+        return subprocess.run([sys.executable, "-m", "aoz", "--help"], cwd=cwd,
+                              capture_output=True, text=True, timeout=60).stdout
+
+    assert " demo " in help_in(REPO)
+    assert " demo " not in help_in(tmp_path)
+    gone = subprocess.run([sys.executable, "-m", "aoz", "demo"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert gone.returncode == 2 and "git clone" in gone.stderr
+
+
+async def test_pub_header_option_and_sub_shows_headers(aoz_cli: Cli, aoz_node: aoz.Node) -> None:
+    """Issue #25 item 5: `aoz pub -H` was "No such option"; `aoz sub` shows headers as
+    natscli does, and --json carries them."""
+    sub = await aoz_cli("sub", "HDR.x", "--count", "1")
+    await sub.wait_stderr("Listening on")
+    js = await aoz_cli("sub", "HDR.x", "--count", "1", "--json")
+    await js.wait_stderr("Listening on")
+    async with aoz_node.subscribe("HDR.x") as received:
+        pub = await aoz_cli("pub", "HDR.x", "hello", "-H", "trace:abc", "-H", "k: v")
+        rc, _, err = await pub.finish()
+        assert rc == 0, err
+        msg = await received.next(timeout=STEP)
+    assert msg.headers == {"trace": "abc", "k": "v"} and msg.data == b"hello"
+    rc, out, err = await sub.finish()
+    assert rc == 0, err
+    assert "trace: abc\nk: v\nhello" in out, out
+    rc, out, err = await js.finish()
+    assert rc == 0, err
+    assert json.loads(out)["headers"] == {"trace": "abc", "k": "v"}
+    bad = await aoz_cli("pub", "HDR.x", "x", "-H", "novalue")
+    rc, _, err = await bad.finish()
+    assert rc == 2 and "KEY:VALUE" in err

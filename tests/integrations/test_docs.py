@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -45,7 +46,7 @@ def test_every_python_block_compiles(doc: Path) -> None:
 
 
 def test_usage_fastapi_testing_recipe_runs() -> None:
-    code = block_with(REPO / "docs" / "USAGE.md", "def test_health")
+    code = block_with(REPO / "docs" / "USAGE.md", "def test_health():")
     namespace: dict[str, object] = {"__name__": "usage_recipe"}
     exec(compile(code, "docs/USAGE.md", "exec"), namespace)
     test = namespace["test_health"]
@@ -53,13 +54,15 @@ def test_usage_fastapi_testing_recipe_runs() -> None:
     test()
 
 
-@pytest.mark.timeout(120)
-async def test_usage_pytest_example_runs_in_a_project(tmp_path: Path) -> None:
-    code = block_with(REPO / "docs" / "USAGE.md", "async def test_quote_service")
+def toml_block(path: Path) -> str:
+    (found,) = re.findall(r"```toml\n(.*?)```", path.read_text(), re.S)
+    return str(found)
+
+
+async def _pytest_in_a_project(tmp_path: Path, code: str, passed: int) -> None:
+    """Run ``code`` as a project's test file, with USAGE.md's pytest configuration."""
     (tmp_path / "test_usage.py").write_text(code)
-    (tmp_path / "pytest.ini").write_text(
-        "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
-    )
+    (tmp_path / "pyproject.toml").write_text(toml_block(REPO / "docs" / "USAGE.md"))
     env = clean_pytest_env()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:anyio",
@@ -73,4 +76,30 @@ async def test_usage_pytest_example_runs_in_a_project(tmp_path: Path) -> None:
             proc.kill()
             await proc.wait()
     assert proc.returncode == 0, out.decode()
-    assert b"1 passed" in out
+    assert f"{passed} passed".encode() in out, out.decode()
+
+
+@pytest.mark.timeout(120)
+async def test_usage_pytest_example_runs_in_a_project(tmp_path: Path) -> None:
+    code = block_with(REPO / "docs" / "USAGE.md", "async def test_quote_service")
+    await _pytest_in_a_project(tmp_path, code, 1)
+
+
+@pytest.mark.timeout(120)
+async def test_usage_testing_recipes_run_in_a_project(tmp_path: Path) -> None:
+    """Issue #25 item 3: the TestClient, ASGITransport and test-mesh recipes, as
+    printed, in a project configured as USAGE.md says (ASGITransport answered 500 and
+    TestClient beside the async fixtures 503 before)."""
+    usage = REPO / "docs" / "USAGE.md"
+    code = "\n\n".join((block_with(usage, "def test_health():"),
+                        block_with(usage, "async def test_health_async"),
+                        block_with(usage, "async def test_quote_through_the_mesh")))
+    await _pytest_in_a_project(tmp_path, code, 3)
+
+
+def test_usage_error_cb_recipe_runs() -> None:
+    code = block_with(REPO / "docs" / "USAGE.md", "error_cb=on_error")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "MD.>: " in proc.stdout and "dropped" in proc.stdout, proc.stdout

@@ -107,6 +107,36 @@ async def test_http_endpoint_with_a_silent_service_is_504(
     assert response.json()["error"] == "RequestTimeout"
 
 
+async def test_http_endpoint_with_a_failing_service_is_502_without_its_error(
+    app_url: str, aoz_node_factory: NodeFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue #25 item 1: a responder that raises was answered as HTTP 200 with the
+    error reply as the body. Now: 502, the remote error's text stays out of the body,
+    and the service logged the failure where it happened."""
+    service = await aoz_node_factory(program="failing-service")
+
+    def quote(req: aoz.Message) -> Quote:
+        raise ValueError("feed down: secret internals")
+
+    async with aoz.serve(service, "SVC.quote", quote), httpx.AsyncClient(timeout=STEP) as http:
+        response = await http.get(f"http://{app_url}/quote/IBM", params={"timeout": 5})
+    assert response.status_code == 502, response.text
+    assert response.json() == {"detail": "the service 'SVC.quote' failed",
+                               "error": "ServiceError"}
+    assert "secret" not in response.text
+    assert any(r.name == "aoz.services" and r.exc_info and "feed down" in str(r.exc_info[1])
+               for r in caplog.records)
+
+
+async def test_the_fastapi_app_serves_its_document(app_url: str) -> None:
+    async with httpx.AsyncClient(timeout=STEP) as http:
+        response = await http.get(f"http://{app_url}/asyncapi.json")
+    assert response.status_code == 200, response.text
+    doc = response.json()
+    assert doc["asyncapi"] == "3.0.0" and doc["info"]["title"] == "aoz example"
+    assert set(doc) >= {"channels", "operations", "components"}
+
+
 async def test_websocket_relays_market_data_and_stops_on_disconnect(
     app_url: str, aoz_node_factory: NodeFactory
 ) -> None:

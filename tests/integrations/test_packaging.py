@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import shutil
 import subprocess
 import sys
@@ -66,17 +67,24 @@ def test_the_version_comes_from_the_package_metadata() -> None:
     )
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(180)
-def test_the_wheel_carries_the_license(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel pip builds from this checkout (once for the module's tests)."""
     pytest.importorskip("setuptools", reason="the build backend is not installed")
+    out = tmp_path_factory.mktemp("wheel")
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "-w", str(tmp_path), str(REPO)],
+         "-w", str(out), str(REPO)],
         capture_output=True, text=True, timeout=170,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    (wheel,) = tmp_path.glob("aoz-*.whl")
+    (built,) = out.glob("aoz-*.whl")
+    return built
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_the_wheel_carries_the_license(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         licenses = [n for n in names if n.endswith("LICENSE") and ".dist-info/" in n]
@@ -89,3 +97,59 @@ def test_the_wheel_carries_the_license(tmp_path: Path) -> None:
         assert any(n.startswith("aoz/_speedups.") and n.endswith(".so") for n in names), names
     assert not any(n.endswith((".c", ".pyx")) for n in names), names
     assert (REPO / "LICENSE").read_text().startswith("MIT License")
+
+
+def test_a_core_only_import_of_aoz_spark_names_everything_missing() -> None:
+    """Issue #25 item 6: it named aoz[record]; once that was installed, local_session()
+    named aoz[spark]. One message now names the extra and every module it lacks."""
+    code = ("import sys\n"
+            "for m in ('pyarrow', 'pyspark', 'pandas'): sys.modules[m] = None\n"
+            "import aoz.spark\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1
+    assert ("aoz.spark needs the 'spark' extra: pip install 'aoz[spark]' "
+            "(pyspark, pyarrow, pandas are missing)") in proc.stderr, proc.stderr[-1000:]
+
+
+def test_aoz_version_needs_no_cli_extra() -> None:
+    code = ("import sys\n"
+            "sys.modules['typer'] = sys.modules['rich'] = None\n"
+            "from aoz.cli import main\n"
+            "sys.exit(main(['--version']))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"aoz {aoz.__version__} (hot path: "), proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_the_repaired_manylinux_wheel_imports_the_compiled_path(
+    wheel: Path, tmp_path: Path
+) -> None:
+    """Issue #25 item 6: the wheel was tagged linux_x86_64, which an index refuses.
+    auditwheel repairs it to a manylinux tag, and that wheel's compiled hot path loads."""
+    pytest.importorskip("auditwheel", reason="auditwheel is not installed")
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler: the wheel has no compiled hot path to repair")
+    fixed = tmp_path / "fixed"
+    bindir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
+    proc = subprocess.run([sys.executable, "-m", "auditwheel", "repair", "-w", str(fixed),
+                           str(wheel)], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (repaired,) = fixed.glob("aoz-*.whl")
+    assert "-manylinux" in repaired.name, repaired.name
+    site = tmp_path / "site"
+    with zipfile.ZipFile(repaired) as zf:
+        zf.extractall(site)
+    code = ("import aoz, aoz._speedups as s; "
+            "print(aoz.hot_path(), s.__file__)")
+    env = {k: v for k, v in os.environ.items() if k != "AOZ_PURE_PYTHON"}
+    env["PYTHONPATH"] = str(site)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    path, loaded = proc.stdout.split()
+    assert path == "compiled" and loaded.startswith(str(site)), proc.stdout

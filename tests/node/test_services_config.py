@@ -89,3 +89,44 @@ async def test_brokered_mode_through_a_forwarder() -> None:
                 req = await reqs.next(timeout=5)
                 await req.respond(b"!")
                 assert (await task).data == b"!"
+
+
+def test_a_bad_environment_variable_is_named() -> None:
+    """Issue #25 item 7: the error named the setting, not where it came from."""
+    with pytest.raises(aoz.ConfigError, match="environment variable AOZ_BEACON_INTERVAL"):
+        load_settings(environ={"AOZ_BEACON_INTERVAL": "soon"})
+    with pytest.raises(aoz.ConfigError, match="environment variable AOZ_LINGER"):
+        load_settings(environ={"AOZ_LINGER": "-1"})
+    with pytest.raises(aoz.ConfigError, match="keyword linger="):
+        load_settings({"linger": -1}, environ={})
+
+
+async def test_curve_keys_from_keygen_files(tmp_path: Path) -> None:
+    """The curve_*_file settings read `aoz keygen`'s files: two nodes of a mesh whose
+    keys all come from files talk, and the settings hold the keys the files do."""
+    from aoz.security import read_key, write_keypair
+
+    _, _, mesh_public = write_keypair(tmp_path / "mesh")
+    _, _, a_public = write_keypair(tmp_path / "a")
+    _, _, b_public = write_keypair(tmp_path / "b")
+    (tmp_path / "nodes.txt").write_text(f"{a_public}\n{b_public}\n")
+    files = {"curve_server_secret_file": str(tmp_path / "mesh.key"),
+             "curve_allow_file": str(tmp_path / "nodes.txt")}
+    sa = load_settings({**files, "curve_secret_file": str(tmp_path / "a.key")},
+                       environ={})
+    assert (sa.curve_server_public, sa.curve_public) == (mesh_public, a_public)
+    assert sa.curve_secret == read_key(tmp_path / "a.key")
+    assert sa.curve_allow == [a_public, b_public]
+    sb = load_settings(environ={"AOZ_CURVE_SERVER_SECRET_FILE": files["curve_server_secret_file"],
+                                "AOZ_CURVE_SECRET_FILE": str(tmp_path / "b.key")})
+    assert sb.curve_public == b_public
+    a = aoz.connect(bind=["tcp://127.0.0.1:*"], **files,
+                    curve_secret_file=str(tmp_path / "a.key"))
+    async with a:
+        b = aoz.connect(bind=["tcp://127.0.0.1:*"], connect=[a.endpoint],
+                        curve_server_secret_file=files["curve_server_secret_file"],
+                        curve_secret_file=str(tmp_path / "b.key"))
+        async with b, b.subscribe("K") as sub:
+            await a.wait_for_interest("K", timeout=10)
+            await a.publish("K", b"keyed")
+            assert (await sub.next(timeout=5)).data == b"keyed"

@@ -32,10 +32,11 @@ async def test_unencodable_result_is_a_service_error_and_the_service_lives_on(
         await aoz.wait_for_service(client, "SVC.enc")
         with pytest.raises(aoz.ServiceError, match="EncodeError"):
             await aoz.call(client, "SVC.enc", "bad", timeout=5)
-        # the same convention for node.request, through check_reply
-        reply = await client.request("SVC.enc", "bad", timeout=5)
-        with pytest.raises(aoz.ServiceError, match=r"SVC\.enc"):
-            aoz.check_reply(reply, "SVC.enc")
+        # node.request raises the same error (it used to return the error reply, and
+        # only check_reply turned it into one: issue #25)
+        with pytest.raises(aoz.ServiceError, match=r"SVC\.enc") as caught:
+            await client.request("SVC.enc", "bad", timeout=5)
+        assert caught.value.remote_type == "EncodeError"
         assert await aoz.call(client, "SVC.enc", "good", timeout=5) == {"ok": "good"}
         assert aoz.check_reply(await client.request("SVC.enc", "x", timeout=5), "SVC.enc")
     assert (svc.handled, svc.failed) == (2, 2)
