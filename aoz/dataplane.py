@@ -49,7 +49,6 @@ from .interest import InterestSet
 from .message import Responder
 from .peerlinks import PeerLinkTable
 from .protocol.builder import FrameBuilder
-from .protocol.frames import INBOX_PREFIX
 from .receive import Receiver
 from .routing import RoutingTable
 from .security import DataCurve
@@ -74,10 +73,12 @@ class DataPlane:
         responder: Responder,
         inbox_filter: bytes,
         builder: FrameBuilder,
+        uuid: str,
     ) -> None:
         self.settings = settings
         self._interest = interest
         self._inbox_filter = inbox_filter
+        self._uuid = uuid  # names an ipc endpoint (aoz.endpoints.bind_endpoint)
         #: set whenever the interest set changes (wait_for_interest waits on it)
         self.interest_changed = asyncio.Event()
         #: called when the interest set changes (liveness: a peer's inbox filter came or
@@ -132,7 +133,7 @@ class DataPlane:
         self.receive.kick = self.links.kick = kick
         if s.mode in ("naming", "udp"):
             # the transport seam: tcp on publish_address, or ipc (aoz.endpoints)
-            self._bind(bind_endpoint(s, self._inbox_filter[len(INBOX_PREFIX):].decode()))
+            self._bind(bind_endpoint(s, self._uuid))
         elif s.mode == "static":
             for ep in s.bind:
                 self._bind(ep)
