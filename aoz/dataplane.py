@@ -188,7 +188,9 @@ class DataPlane:
     async def run(self, tg: anyio.abc.TaskGroup) -> None:
         """Start one reader task per socket in ``tg`` (the node's group)."""
         assert self._sub is not None and self._pub is not None
-        tg.start_soon(self._reader, self._sub, self.receive.drain, None, name="aoz-recv")
+        # the SUB too gets a safety re-run (1 s): a missed fd edge must never stall the
+        # receive path for good (a benchmark round once went silent under heavy load)
+        tg.start_soon(self._reader, self._sub, self.receive.drain, 1.0, name="aoz-recv")
         tg.start_soon(self._reader, self._pub, self._drain_interest, 0.1, name="aoz-xpub")
         if self._mon is not None:
             tg.start_soon(self._reader, self._mon, self.links.drain_monitor, 1.0,

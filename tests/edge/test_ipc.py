@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +14,8 @@ import pytest
 import aoz
 from aoz.discovery.broker import Broker
 from aoz.discovery.nsd import NamingDaemon
+
+from ..ports import free_udp_port
 
 FAST: dict[str, Any] = {"beacon_interval": 0.2, "connect_interval": 0.05, "connect_retries": 200}
 
@@ -28,12 +29,6 @@ def short_dir() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
 
 
 async def exchange(a: aoz.Node, b: aoz.Node, subject: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,6 +21,7 @@ import aoz
 from aoz.fastapi import EXCEPTION_HANDLERS, NodeDep, app_node, install_exception_handlers, lifespan
 from aoz.pytest_plugin import NodeFactory
 
+from ..ports import free_port
 from .conftest import STEP, Spawn, clean_env
 
 
@@ -30,18 +30,12 @@ class Quote(msgspec.Struct):
     bid: float
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 async def app_url(spawn: Spawn, aoz_nsd: aoz.NamingDaemon) -> AsyncIterator[str]:
     """examples/fastapi_app.py under uvicorn, its node joined to the test's nsd."""
     env = clean_env(AOZ_NAMING=aoz_nsd.endpoint)
     for _ in range(5):  # the free port may be taken by someone else before uvicorn binds it
-        port = _free_port()
+        port = free_port()
         server = await spawn(
             [sys.executable, "-m", "uvicorn", "examples.fastapi_app:app",
              "--host", "127.0.0.1", "--port", str(port)],
