@@ -1,9 +1,10 @@
-"""The ``aoz`` source on a REAL Spark standalone cluster (master + one worker from pyspark's
-``spark-class``, loopback): a streaming query reads a recording while a Recorder writes
-it, its driver is SIGKILLed mid-batch and restarted from the checkpoint (and the recorder
-restarted too: a new partition), and every recorded message is read exactly once;
-``failOnDataLoss`` over a recording with a gap; ``startingOffsets`` by time. Drivers are
-subprocesses (``source_job.py``): one JVM each, so one can be killed."""
+"""The ``aoz`` source on a REAL Spark standalone cluster (the suite's shared
+``spark_cluster``: master + one worker from pyspark's ``spark-class``, loopback): a
+streaming query reads a recording while a Recorder writes it, its driver is SIGKILLed
+mid-batch and restarted from the checkpoint (and the recorder restarted too: a new
+partition), and every recorded message is read exactly once; ``failOnDataLoss`` over a
+recording with a gap; ``startingOffsets`` by time. Drivers are subprocesses
+(``source_job.py``): one JVM each, so one can be killed."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import datetime as dt
 import json
 import sys
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,6 @@ from aoz.record import Recorder
 from aoz.record.offsets import Slice
 from aoz.record.reading import Catalog, read_slice
 
-from .cluster import cluster_env, java_available, standalone_cluster
 from .recordings import gap_recording, timed_recording
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -33,16 +32,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 JOB = Path(__file__).with_name("source_job.py")
 MAX_ROWS = 1000
 T0 = 1_764_000_000.0
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str]]]:
-    pytest.importorskip("pyspark")
-    if not java_available():
-        pytest.skip("a Spark cluster needs Java")
-    workdir = tmp_path_factory.mktemp("source-cluster")
-    with standalone_cluster(workdir) as url:
-        yield url, cluster_env(workdir)
 
 
 class Driver:
@@ -164,8 +153,8 @@ async def scenario(url: str, env: dict[str, str], base: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def runs(cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    url, env = cluster
+def runs(spark_cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    url, env = spark_cluster
     base = tmp_path_factory.mktemp("source-runs")
 
     async def run() -> dict[str, Any]:
