@@ -133,6 +133,7 @@ class DataPlane:
             self._mon = sub.get_monitor_socket(DATA_MONITOR_EVENTS)
         kick = self._kicker(sub)
         self.receive.kick = self.links.kick = kick
+        self.links.held = lambda: self.receive.holds > 0
         if s.mode in ("naming", "udp"):
             self._bind(f"tcp://{s.publish_address}:*")
         elif s.mode == "static":
