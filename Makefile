@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench bench-full wheel clean
+.PHONY: demo test test-spark test-compiled test-twin test-rest lint bench bench-full wheel clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -11,10 +11,10 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-# The compiled hot path (aoz/_speedups.pyx): pip's editable install builds it (and warns,
-# and goes on, where it cannot); this rebuilds it in place when its source has changed
-# (a no-op when it is current).
-$(BIN)/.speedups: $(BIN)/.installed aoz/_speedups.pyx setup.py
+# The compiled modules (aoz/_speedups.pyx, aoz/omnm/_fast.pyx): pip's editable install
+# builds them (and warns, and goes on, where it cannot); this rebuilds them in place when
+# their source has changed (a no-op when they are current).
+$(BIN)/.speedups: $(BIN)/.installed aoz/_speedups.pyx aoz/omnm/_fast.pyx setup.py
 	$(BIN)/python setup.py -q build_ext --inplace
 	rm -rf build
 	touch $@
@@ -26,13 +26,42 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check aoz tests benchmarks examples setup.py
 	$(BIN)/mypy
 
-# The suite runs on both hot paths: the compiled one (what users get where it builds),
-# then the pure-Python twin (AOZ_PURE_PYTHON=1). The second run leaves out tests/bench
-# only: those benchmark smoke runs already put both paths side by side (systems aoz and
-# aoz-py, benchmarks.hotpath) in the first.
-test: $(BIN)/.speedups lint
-	$(BIN)/pytest -q
-	AOZ_PURE_PYTHON=1 $(BIN)/pytest -q --ignore=tests/bench
+# `make test`: lint and the suite on both hot paths, in about 5 minutes on 2 cores. Three
+# jobs run side by side (their output is printed whole as each ends):
+# - lint (ruff, mypy): the test jobs spend most of their time waiting on sockets and
+#   subprocesses, and lint fills that gap;
+# - test-spark: the tests marked `spark` (Java: the standalone cluster, the demo, the
+#   shared SparkSession), one after another in one pytest process, so their JVMs never
+#   compete with each other (tests/conftest.py marks every test using a Spark fixture);
+# - test-compiled then test-twin: everything else on pytest-xdist workers, one per core
+#   (TEST_WORKERS=n to change it). Tests bind random ports, or take a port from
+#   tests/ports.py (a slice per worker), so workers never share one.
+# The compiled hot path (what users get where it builds) runs the whole suite; the
+# pure-Python twin (AOZ_PURE_PYTHON=1) runs the tests marked `twin`: those under
+# tests/{hotpath,node,delivery,queues,faults,omnm}/ (and modules that opt in with that
+# mark), which run a node's data plane in-process or the omnm codec. The twins replace
+# only the data plane's drain, sender and publish entries (aoz/_hotpath.py vs
+# aoz/_speedups.pyx) and omnm's codec (aoz/omnm/_codec.py vs _fast.pyx); everything else
+# (protocol/, message, subscription, discovery, the CLI, Spark) is one Python source on
+# both paths, so the rest of the suite would only run the same code twice.
+# tests/hotpath/test_twins.py also compares the two twins directly in every run.
+TEST_WORKERS ?= auto
+PYTEST := $(BIN)/pytest -q --durations=10
+
+test: $(BIN)/.speedups
+	$(MAKE) --no-print-directory -j3 --output-sync=target lint test-spark test-rest
+
+test-spark: $(BIN)/.speedups
+	$(PYTEST) -m spark
+
+test-compiled: $(BIN)/.speedups
+	$(PYTEST) -n $(TEST_WORKERS) -m "not spark"
+
+test-twin: $(BIN)/.speedups
+	AOZ_PURE_PYTHON=1 $(PYTEST) -n $(TEST_WORKERS) -m twin
+
+test-rest: test-compiled
+	$(MAKE) --no-print-directory test-twin
 
 bench: $(BIN)/.speedups
 	$(BIN)/python -m benchmarks --quick
@@ -49,4 +78,5 @@ wheel: $(BIN)/.installed
 	rm -rf build dist/raw
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache aoz/_speedups.c aoz/_speedups.*.so
+	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache aoz/_speedups.c aoz/_speedups.*.so \
+		aoz/omnm/_fast.c aoz/omnm/_fast.*.so

@@ -15,6 +15,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "cli": ("typer", "rich"),
     "fastapi": ("fastapi",),
     "prometheus": ("prometheus_client",),
+    "otel": ("opentelemetry",),
 }
 
 

@@ -37,9 +37,10 @@ import zmq
 from ._errmap import translate
 from .errors import TransportError, WouldBlock
 from .message import Message, Responder, data_start
-from .protocol.builder import _Entry
+from .protocol.builder import Entry
 from .protocol.codecs import AOZ_CODEC_IDS, Codec
 from .protocol.frames import HANDLE_LEN, Kind, publish_subject_end
+from .protocol.headers import HEADERS
 from .protocol.sequence import FLAG, HEADER_LEN, PACK
 from .protocol.subjects import MAX_SUBJECT
 from .routing import RoutingTable
@@ -51,14 +52,15 @@ __all__ = [
 ]
 
 #: bump with any change to the twins' contract (the compiled module's ABI must match)
-ABI: Final = 8
+ABI: Final = 9
 BATCH: Final = 1024  # frames drained per wake-up before other callbacks run
 COPY_THRESHOLD: Final = 65536  # larger frames are sent zero-copy
 YIELD_EVERY: Final = 256  # publishes between forced yields of `await node.publish`
 #: the protocol's numbers the compiled twin has built in (checked at import)
 CONSTANTS: Final = {
     "BATCH": BATCH, "MAX_SUBJECT": MAX_SUBJECT, "HEADER_LEN": HEADER_LEN,
-    "AOZ_CODEC_IDS": AOZ_CODEC_IDS, "SEQUENCE_FLAG": FLAG, "COPY_THRESHOLD": COPY_THRESHOLD,
+    "AOZ_CODEC_IDS": AOZ_CODEC_IDS, "SEQUENCE_FLAG": FLAG, "HEADERS_FLAG": HEADERS,
+    "COPY_THRESHOLD": COPY_THRESHOLD,
     "YIELD_EVERY": YIELD_EVERY, "HANDLE_LEN": HANDLE_LEN,
 }
 
@@ -66,8 +68,8 @@ CONSTANTS: Final = {
 # that only matters for options aoz does not use (routing ids, groups, zero-copy)
 _send: Callable[..., object] = getattr(zmq.backend, "Socket", zmq.Socket).send
 
-#: the pure twin's entry type (the compiled twin has its own, readable from C)
-Entry = _Entry
+# Entry: the pure twin's entry type is the builder's (the compiled twin has its own,
+# readable from C)
 
 
 class ReceiveSide(Protocol):
@@ -147,7 +149,7 @@ def drain_sub(rx: ReceiveSide, sock: zmq.Socket[bytes]) -> int:
                     start = nul + 3
                     data = data_start(frame, start)
                     msg = Message(frame, nul, start, data, publish, None, now, responder)
-                    if data - start == HEADER_LEN:
+                    if data - start >= HEADER_LEN and frame[start] & FLAG:
                         # sequenced: the next number from the subject's last publisher
                         # costs one unpack and one lookup; anything else takes sequence()
                         pid, seq = unpack(frame, start + 1)

@@ -30,11 +30,11 @@ from .errors import TransportError, WouldBlock
 from .message import Message
 from .protocol.frames import Kind
 
-ABI = 8
+ABI = 9
 BATCH = 1024
 #: the protocol's numbers built in below; aoz.hotpath checks them against aoz._hotpath's
 CONSTANTS = {"BATCH": BATCH, "MAX_SUBJECT": 256, "HEADER_LEN": 13, "AOZ_CODEC_IDS": 4,
-             "SEQUENCE_FLAG": 0x04, "COPY_THRESHOLD": 65536, "YIELD_EVERY": 256, "HANDLE_LEN": 60}
+             "SEQUENCE_FLAG": 0x04, "HEADERS_FLAG": 0x08, "COPY_THRESHOLD": 65536, "YIELD_EVERY": 256, "HANDLE_LEN": 60}
 
 cdef Py_ssize_t _BATCH = BATCH
 cdef int _NOBLOCK = zmq.NOBLOCK
@@ -52,6 +52,7 @@ cdef Py_ssize_t _MAX_SUBJECT = CONSTANTS["MAX_SUBJECT"]  # aoz.protocol.subjects
 cdef Py_ssize_t _HEADER_LEN = CONSTANTS["HEADER_LEN"]  # aoz.protocol.sequence
 cdef uint8_t _AOZ_CODEC_IDS = CONSTANTS["AOZ_CODEC_IDS"]  # aoz.protocol.codecs
 cdef uint8_t _FLAG = CONSTANTS["SEQUENCE_FLAG"]  # aoz.protocol.sequence
+cdef uint8_t _HEADERS = CONSTANTS["HEADERS_FLAG"]  # aoz.protocol.headers
 cdef Py_ssize_t _COPY_THRESHOLD = CONSTANTS["COPY_THRESHOLD"]  # aoz._hotpath
 cdef unsigned int _YIELD_EVERY = CONSTANTS["YIELD_EVERY"]  # aoz._hotpath
 cdef Py_ssize_t _HANDLE_LEN = CONSTANTS["HANDLE_LEN"]  # aoz.protocol.frames
@@ -96,15 +97,25 @@ cdef inline int _frame_kind(const uint8_t* buf, Py_ssize_t flen, Py_ssize_t* end
 
 cdef inline Py_ssize_t _data_start(const uint8_t* buf, Py_ssize_t flen,
                                    Py_ssize_t start) noexcept:
-    """aoz.message.data_start: after the codec byte, or after the sequence header."""
+    """aoz.protocol.headers.data_start: after the first byte, the sequence header and
+    the header block that it says follow; ``start`` for a foreign or cut-short payload."""
     cdef uint8_t first
-    if flen > start:
-        first = buf[start]
-        if first < _AOZ_CODEC_IDS:
-            return start + 1
-        if (first ^ _FLAG) < _AOZ_CODEC_IDS and flen >= start + _HEADER_LEN:
-            return start + _HEADER_LEN
-    return start
+    cdef Py_ssize_t pos
+    if flen <= start:
+        return start
+    first = buf[start]
+    if first < _AOZ_CODEC_IDS:
+        return start + 1
+    if first >= 0x10:
+        return start
+    pos = start + 1
+    if first & _FLAG:
+        pos += _HEADER_LEN - 1
+    if first & _HEADERS:
+        if flen < pos + 2:
+            return start
+        pos += 2 + (<Py_ssize_t>buf[pos] | (<Py_ssize_t>buf[pos + 1] << 8))
+    return pos if pos <= flen else start
 
 
 cdef void _hand_over(dict pending) except *:
@@ -174,7 +185,7 @@ def drain_sub(plane, sock):
                 start = nul + 3
                 data = _data_start(buf, flen, start)
                 msg = _Message(frame, nul, start, data, _PUBLISH, None, now, responder)
-                if data == start + _HEADER_LEN:
+                if data >= start + _HEADER_LEN and (buf[start] & _FLAG):
                     pid = _u64(buf + start + 1)
                     seq = _u32(buf + start + 9)
                     # the next number from the subject's last publisher costs one
@@ -222,7 +233,7 @@ def drain_sub(plane, sock):
 
 cdef class Entry:
     """One subject's cached prefixes and its last sequence number: the twin of
-    ``aoz.protocol.builder._Entry``, with fields the compiled Sender reads directly."""
+    ``aoz.protocol.builder.Entry``, with fields the compiled Sender reads directly."""
 
     cdef public bytes header
     cdef public bytes prefix

@@ -29,7 +29,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from .errors import AozError
+from .errors import UsageError
 
 __all__ = ["TaskOwner", "unwrap"]
 
@@ -70,7 +70,7 @@ class TaskOwner:
         from exception groups). Cancelling this call cancels the root task.
         """
         if self._runner is not None:
-            raise AozError(f"{self.name} was already started; create a new one instead")
+            raise UsageError(f"{self.name} was already started; create a new one instead")
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         started: asyncio.Future[None] = loop.create_future()
@@ -124,7 +124,7 @@ class TaskOwner:
         """Run ``fn(*args)`` as a task of the group (from any task of the same loop)."""
         tg = self._tg
         if tg is None:
-            raise AozError(f"{self.name} is not running; start it first (or it was closed)")
+            raise UsageError(f"{self.name} is not running; start it first (or it was closed)")
         tg.start_soon(fn, *args, name=name)
 
     async def aclose(self) -> None:

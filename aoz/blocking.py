@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
@@ -77,9 +77,10 @@ class BlockingNode:
         return self.node.endpoint
 
     # -- the node's operations ---------------------------------------------------------------------
-    def publish(self, subject: str, data: object = b"", *, codec: Codec | None = None) -> None:
+    def publish(self, subject: str, data: object = b"", *, codec: Codec | None = None,
+                headers: Mapping[str, str] | None = None) -> None:
         """Publish one message (see :meth:`aoz.Node.publish`)."""
-        self._call(self.node.publish_nowait, subject, data, codec=codec)
+        self._call(self.node.publish_nowait, subject, data, codec=codec, headers=headers)
 
     def publish_many(
         self, messages: Iterable[tuple[str, object]], *, codec: Codec | None = None
@@ -95,10 +96,12 @@ class BlockingNode:
         return int(self._call(send_all))
 
     def request(
-        self, subject: str, data: object = b"", *, timeout: float = 1.0, codec: Codec | None = None
+        self, subject: str, data: object = b"", *, timeout: float = 1.0,
+        codec: Codec | None = None, headers: Mapping[str, str] | None = None,
     ) -> Message:
         """Send a request and block for the first reply (see :meth:`aoz.Node.request`)."""
-        msg: Message = self._call(self.node.request, subject, data, timeout=timeout, codec=codec)
+        msg: Message = self._call(self.node.request, subject, data, timeout=timeout,
+                                  codec=codec, headers=headers)
         return msg
 
     def request_many(

@@ -13,6 +13,10 @@ OZ name (``mama.zmq.transport.<t>.``)  ->  aoz name
     publish_address                    ->  ``publish_address``
     outgoing_url_N / incoming_url_N    ->  ``bind`` / ``connect`` (static mode)
 
+aoz only: ``transport="ipc"`` puts the data PUB on a Unix socket (``ipc_dir``) instead
+of tcp, for aoz nodes on one host; every endpoint is checked by :mod:`aoz.endpoints`,
+which also states where ipc endpoints may be announced (never where OZ reads them).
+
 aoz's defaults suit a local mesh (sub-second healing); OZ's slower WAN values are
 available as :meth:`Settings.oz_defaults`.
 
@@ -34,13 +38,15 @@ from typing import Any, Literal
 
 import msgspec
 
+from .endpoints import TRANSPORTS, check_endpoint, ipc_mesh
 from .errors import ConfigError
 
-__all__ = ["Mode", "Overflow", "Settings", "load_settings"]
+__all__ = ["Mode", "Overflow", "Settings", "Transport", "load_settings"]
 
 Mode = Literal["naming", "static", "broker", "udp"]
 Overflow = Literal["drop_newest", "drop_oldest", "block"]
 SendPolicy = Literal["drop", "block"]
+Transport = Literal["tcp", "ipc"]
 
 DEFAULT_NSD = "tcp://127.0.0.1:5756"
 
@@ -55,6 +61,13 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     naming: list[str] = msgspec.field(default_factory=lambda: [DEFAULT_NSD])
     #: interface the data PUB binds to (ephemeral port) in naming/udp modes
     publish_address: str = "127.0.0.1"
+    #: the data PUB's transport in naming/udp modes: ``tcp`` (on ``publish_address``,
+    #: what OZ does) or ``ipc`` (a Unix socket ``<ipc_dir>/aoz-<uuid>.ipc``: faster, for
+    #: aoz nodes on this host only; in naming mode it needs an nsd reached over ipc://,
+    #: since OZ programs cannot connect to ipc endpoints -- see aoz.endpoints)
+    transport: Transport = "tcp"
+    #: directory of ipc socket files (default: $XDG_RUNTIME_DIR, else $TMPDIR or /tmp)
+    ipc_dir: str | None = None
     #: static mode: endpoints the data PUB binds / the data SUB connects to
     bind: list[str] = msgspec.field(default_factory=list)
     connect: list[str] = msgspec.field(default_factory=list)
@@ -166,13 +179,9 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             "curve_public/curve_secret/curve_allow need the mesh keypair "
             "(curve_server_public and curve_server_secret)",
         )
+        self._check_endpoints()
         if self.mode == "naming":
             _check(bool(self.naming), "naming mode needs at least one nsd endpoint in `naming`")
-            for ep in self.naming:
-                _check(
-                    ep.startswith("tcp://"),
-                    f"naming endpoint {ep!r} must be a tcp:// address such as {DEFAULT_NSD}",
-                )
         if self.mode == "static":
             _check(
                 bool(self.bind or self.connect),
@@ -183,6 +192,25 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
                 bool(self.broker_pub and self.broker_sub),
                 "broker mode needs `broker_pub` (forwarder XSUB) and `broker_sub` (forwarder XPUB)",
             )
+
+    def _check_endpoints(self) -> None:
+        _check(self.transport in TRANSPORTS, f"transport must be one of {TRANSPORTS}")
+        for ep in self.naming:
+            check_endpoint(ep, what=f"naming endpoint (such as {DEFAULT_NSD})")
+        for ep in self.bind:
+            check_endpoint(ep, bind=True, what="bind endpoint")
+        for ep in self.connect:
+            check_endpoint(ep, what="connect endpoint")
+        for name in ("broker_pub", "broker_sub"):
+            if (ep := getattr(self, name)) is not None:
+                check_endpoint(ep, what=name)
+        check_endpoint(f"tcp://{self.publish_address}:*", bind=True, what="publish_address")
+        _check(
+            self.transport == "tcp" or self.mode not in ("naming", "udp") or ipc_mesh(self),
+            "transport='ipc' in naming mode needs every nsd in `naming` reached over ipc:// "
+            "(an aoz nsd: `aoz nsd --bind ipc:///path`): an nsd on tcp may relay our "
+            "announcements to OZ programs, which cannot connect to ipc endpoints",
+        )
 
     @classmethod
     def oz_defaults(cls, **overrides: Any) -> Settings:

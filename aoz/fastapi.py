@@ -60,6 +60,7 @@ try:
 except ImportError as exc:
     raise missing_extra(exc, "fastapi", "aoz.fastapi") from exc
 
+from .asyncapi import document
 from .config import Overflow
 from .errors import (
     AozError,
@@ -67,6 +68,7 @@ from .errors import (
     NoResponders,
     RequestTimeout,
     ServiceError,
+    UsageError,
     WaitTimeout,
 )
 from .message import Message
@@ -81,6 +83,7 @@ __all__ = [
     "NodeDep",
     "app_node",
     "get_node",
+    "asyncapi_route",
     "install_exception_handlers",
     "lifespan",
     "message_to_dict",
@@ -141,7 +144,7 @@ def app_node(app: FastAPI) -> Node:
     """
     node = getattr(app.state, STATE_KEY, None)
     if not isinstance(node, Node):
-        raise AozError(
+        raise UsageError(
             "the app has no running aoz node: create it with "
             "FastAPI(lifespan=aoz.fastapi.lifespan()) and call this while the lifespan runs"
         )
@@ -183,6 +186,19 @@ def install_exception_handlers(app: FastAPI) -> FastAPI:
     return app
 
 
+def asyncapi_route(app: FastAPI, path: str = "/asyncapi.json", *, title: str | None = None,
+                   version: str = "1.0.0") -> None:
+    """Serve the AsyncAPI document of the app's node (its services and declared
+    publications, :mod:`aoz.asyncapi`) at ``path``."""
+
+    async def asyncapi(request: Request) -> JSONResponse:
+        node = get_node(request)
+        return JSONResponse(document(node.catalog, title=title or app.title,
+                                     version=version))
+
+    app.add_api_route(path, asyncapi, methods=["GET"], include_in_schema=False)
+
+
 def get_node(connection: HTTPConnection) -> Node:
     """The app's node (FastAPI dependency for HTTP and WebSocket handlers): from the
     request's lifespan state, or the app's (``app.state.aoz_node``, which the lifespan
@@ -191,7 +207,7 @@ def get_node(connection: HTTPConnection) -> Node:
     if not isinstance(node, Node):
         node = getattr(connection.app.state, STATE_KEY, None)
     if not isinstance(node, Node):
-        raise AozError(
+        raise UsageError(
             "no aoz node in the app's lifespan state: create the app with "
             "FastAPI(lifespan=aoz.fastapi.lifespan())"
         )

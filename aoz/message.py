@@ -13,9 +13,10 @@ from typing import Any, Protocol, TypeVar, overload
 
 import msgspec
 
-from .errors import AozError, ClosedError
+from .errors import AozError, ClosedError, UsageError
 from .protocol.codecs import AOZ_CODEC_IDS, Codec, decode_payload, split_payload
 from .protocol.frames import Kind
+from .protocol.headers import data_start, parse_headers
 from .protocol.sequence import FLAG, HEADER_LEN, PACK
 
 __all__ = ["Message", "Responder", "WeakResponder", "data_start"]
@@ -27,23 +28,6 @@ class Responder(Protocol):
     """What a message answers through (the node that received it)."""
 
     async def respond_to(self, handle: str, data: object, codec: Codec | None) -> None: ...
-
-
-def data_start(frame: bytes, start: int) -> int:
-    """Where the data of the payload at ``frame[start:]`` begins: after aoz's codec byte,
-    after the whole sequence header (codec byte with FLAG, then 12 bytes) when there is
-    one, and at ``start`` for payloads that are not aoz's (omnm, foreign bytes).
-
-    >>> data_start(b"S\0\x01\0\x01ab", 4), data_start(b"S\0\x01\0Oab", 4)
-    (5, 4)
-    """
-    if len(frame) > start:
-        first = frame[start]
-        if first < _KNOWN_IDS:
-            return start + 1
-        if first ^ FLAG < _KNOWN_IDS and len(frame) >= start + HEADER_LEN:
-            return start + HEADER_LEN
-    return start
 
 
 class WeakResponder:
@@ -77,8 +61,7 @@ class WeakResponder:
 ERROR_KEY = "aoz.error"
 _ERROR_MARK = b"\xa9" + ERROR_KEY.encode()  # the key as msgpack writes it (fixstr 9)
 
-# payload ids below this are aoz codecs (see aoz.protocol.codecs.Codec)
-_KNOWN_IDS = AOZ_CODEC_IDS  # omnm ('O') and foreign payloads have no aoz byte
+_CODEC_BITS = AOZ_CODEC_IDS - 1  # the codec's bits of aoz's first byte (0x03)
 
 
 class Message(msgspec.Struct, repr_omit_defaults=True, eq=False, gc=False):
@@ -128,13 +111,23 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False, gc=False):
         return self._frame[self._start :]
 
     def _sequenced(self) -> bool:
-        return self._data - self._start == HEADER_LEN
+        # data past the first byte: an aoz payload with flags (0x04..0x0F)
+        return self._data - self._start >= HEADER_LEN and bool(self._frame[self._start] & FLAG)
 
     def _split(self) -> tuple[Codec, bytes]:
-        if self._sequenced():
-            f, st = self._frame, self._start
-            return split_payload(bytes((f[st] ^ FLAG,)) + f[st + HEADER_LEN :])
+        f, st = self._frame, self._start
+        if self._data > st + 1:  # flags, sequence header, headers: the codec and the data
+            return split_payload(bytes((f[st] & _CODEC_BITS,)) + f[self._data :])
         return split_payload(self.payload)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The message's headers (``publish(..., headers=...)``), ``{}`` without any;
+        read from the frame on first use. Raises :class:`aoz.DecodeError` for a
+        malformed header block."""
+        if self._data <= self._start + 1:
+            return {}
+        return parse_headers(self._frame, self._start)
 
     @property
     def codec(self) -> Codec:
@@ -200,12 +193,13 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False, gc=False):
         ...     await req.respond({"now": time.time()})
         """
         if self.reply is None:
-            raise AozError(
+            raise UsageError(
                 f"message on {self.subject!r} is a {self.kind.name.lower()}, not a request: "
                 "only requests (node.request / request_many) can be answered"
             )
         if self._node is None:
-            raise AozError("this message is not attached to a node, so it cannot be answered")
+            raise UsageError("this message is not attached to a node, so it cannot be "
+                             "answered")
         await self._node.respond_to(self.reply, data, codec)
 
     def __repr__(self) -> str:

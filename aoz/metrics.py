@@ -62,7 +62,7 @@ try:
 except ImportError as exc:
     raise missing_extra(exc, "prometheus", "aoz.metrics") from exc
 
-from .errors import AozError
+from .errors import AozError, TransportError
 
 if TYPE_CHECKING:
     from .node import Node, NodeStatistics
@@ -236,7 +236,10 @@ class MetricsServer:
         try:
             self._server, self._thread = _prom_start_http_server(port, addr, registry=registry)
         except OSError as exc:
-            raise AozError(f"cannot serve metrics on {addr}:{port}: {exc.strerror}") from exc
+            raise TransportError(
+                f"cannot serve metrics on {addr}:{port}: {exc.strerror}; choose another "
+                "port (or 0 for an ephemeral one)"
+            ) from exc
         self.addr = addr
         self.port: int = self._server.server_port
 

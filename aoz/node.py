@@ -32,7 +32,7 @@ import socket
 import sys
 import time
 import uuid as uuidlib
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ import anyio.abc
 import msgspec
 
 from ._tasks import TaskOwner
+from .asyncapi import Catalog
 from .config import Overflow, Settings, load_settings
 from .dataplane import DataPlane
 from .discovery.links import Driver
@@ -141,7 +142,7 @@ class Node:
         )
         self._plane = DataPlane(
             s, self._routes, self._interest, self._requests.on_reply, responder,
-            self._requests.inbox_filter, self._frames,
+            self._requests.inbox_filter, self._frames, self.uuid,
         )
         self._send = self._plane.send  # every publish goes through here (aoz.send)
         self._driver: Driver | None = None
@@ -150,6 +151,8 @@ class Node:
                                 lambda: self.peers)
         self._no_responders = 0
         self._deferred = 0  # deferred replies waiting for a route
+        #: what this node serves and publishes, for its AsyncAPI document (aoz.asyncapi)
+        self.catalog = Catalog()
         self._error_cb = error_cb
 
     # ------------------------------------------------------------------ lifecycle
@@ -295,7 +298,8 @@ class Node:
 
     # ------------------------------------------------------------------ publish
     def publish_nowait(
-        self, subject: str, data: object = b"", *, codec: Codec | None = None
+        self, subject: str, data: object = b"", *, codec: Codec | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         """Publish without awaiting.
 
@@ -306,7 +310,7 @@ class Node:
         """
         if not self._open:
             self._check_open()
-        self._send.publish_nowait(subject, data, codec)
+        self._send.publish_nowait(subject, data, codec, headers)
 
     async def publish(
         self,
@@ -315,8 +319,12 @@ class Node:
         *,
         codec: Codec | None = None,
         block: bool | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         """Publish ``data`` on ``subject`` to every subscriber in the mesh (this node too).
+
+        ``headers`` (str -> str) travel in aoz's payload header to aoz subscribers
+        (``msg.headers``); an omnm or Verbatim payload cannot carry them.
 
         With ``send_policy="drop"`` (the default) it never waits: a subscriber whose
         queue at this publisher is full loses the message and counts it (its
@@ -329,7 +337,9 @@ class Node:
         """
         if not self._open:
             self._check_open()
-        await self._send.publish(subject, data, codec, block)
+        wait = self._send.publish(subject, data, codec, block, headers)
+        if wait is not None:  # room to wait for, or the loop's turn
+            await wait
 
     async def publish_many(
         self, subject: str, items: Iterable[object], *, codec: Codec | None = None
@@ -533,7 +543,8 @@ class Node:
 
     # ------------------------------------------------------------------ request/reply
     def _request_parts(
-        self, subject: str, data: object, codec: Codec | None
+        self, subject: str, data: object, codec: Codec | None,
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[list[str], bytes]:
         """Where a request on ``subject`` goes (the subject itself when a plain
         subscriber covers it, and one member of each queue group serving it), and its
@@ -552,7 +563,7 @@ class Node:
                     "`await aoz.wait_for_service(node, subject)`",
                     subject=subject,
                 )
-        return targets, self._frames.payload(data, codec)
+        return targets, self._frames.payload(data, codec, headers)
 
     def _request_targets(self, subject: str) -> list[str]:
         plain = self._interest.covers(subject_bytes(subject), responders=True)
@@ -571,8 +582,9 @@ class Node:
         *,
         timeout: float = 1.0,
         codec: Codec | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Message:
-        """Send a request and return the first reply.
+        """Send a request and return the first reply (``headers`` travel with it).
 
         The request reaches every plain subscriber of ``subject`` and one member of each
         queue group serving it (:mod:`aoz.queues`). Raises :class:`aoz.NoResponders` at
@@ -584,7 +596,7 @@ class Node:
 
         >>> reply = await node.request("SVC.quote", b"IBM", timeout=1.0)  # doctest: +SKIP
         """
-        targets, payload = self._request_parts(subject, data, codec)
+        targets, payload = self._request_parts(subject, data, codec, headers)
         reply = await self._requests.wait_first(
             subject, timeout, lambda handle: self._send_request(targets, handle, payload)
         )
@@ -601,6 +613,7 @@ class Node:
         timeout: float = 1.0,
         max_replies: int | None = None,
         codec: Codec | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> ReplyStream:
         """Send a request and iterate over every reply until ``timeout`` or ``max_replies``.
 
@@ -612,7 +625,7 @@ class Node:
         """
         if max_replies is not None and max_replies < 1:
             raise UsageError("max_replies must be >= 1 (or None for every reply until timeout)")
-        targets, payload = self._request_parts(subject, data, codec)
+        targets, payload = self._request_parts(subject, data, codec, headers)
         stream, handle = self._requests.open_stream(subject, timeout, max_replies)
         try:
             self._send_request(targets, handle, payload)

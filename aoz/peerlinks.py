@@ -33,6 +33,8 @@ log = logging.getLogger("aoz.node")
 
 DISCONNECT_GRACE = 0.5  # seconds a departed peer's data link may still drain
 _BATCH = 1024  # monitor events read per wake-up
+# what pyzmq's parse_monitor_message raises for an event it cannot read
+_MALFORMED = (ValueError, KeyError, IndexError, UnicodeDecodeError, RuntimeError)
 
 
 class PeerLinkTable:
@@ -139,7 +141,7 @@ class PeerLinkTable:
                     ev = parse_monitor_message(parts)
                     raw = ev["endpoint"]
                     endpoint = raw.decode() if isinstance(raw, bytes) else str(raw)
-                except (ValueError, KeyError, IndexError, UnicodeDecodeError) as exc:
+                except _MALFORMED as exc:
                     self._count("monitor_malformed", 1)
                     log.warning("ignored a malformed ZeroMQ monitor event: %r", exc)
                     continue

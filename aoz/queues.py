@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from .errors import WaitTimeout
@@ -200,7 +201,8 @@ def subscribe(
 
 
 async def publish(
-    node: Node, subject: str, data: object = b"", *, codec: Codec | None = None
+    node: Node, subject: str, data: object = b"", *, codec: Codec | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> int:
     """Publish to every plain subscriber of ``subject`` and one member of each queue group.
 
@@ -211,10 +213,10 @@ async def publish(
     targets = node.interest.queue_targets(subject)
     sent = 0
     if plain:
-        await node.publish(subject, data, codec=codec)
+        await node.publish(subject, data, codec=codec, headers=headers)
         sent += 1
     for target in targets:
-        await node.publish(target, data, codec=codec)
+        await node.publish(target, data, codec=codec, headers=headers)
         sent += 1
     return sent
 

@@ -12,6 +12,8 @@ text          ``"text"``       a string
 raw/unknown   ``"base64"``     the payload's bytes, base64
 malformed     ``"base64"``     the payload's bytes, base64
 ============  ==============  ==========================================
+
+``headers`` is always a str -> str object (``{}`` without headers).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from .errors import DecodeError
 from .message import Message
 from .protocol.codecs import Codec
 
-__all__ = ["UNDECODABLE", "message_text", "message_to_dict"]
+__all__ = ["UNDECODABLE", "headers_of", "message_text", "message_to_dict"]
 
 _VALUE_CODECS = (Codec.MSGPACK, Codec.JSON)
 #: OpenMAMA's omnm payloads, where this aoz has the codec (aoz.omnm)
@@ -57,6 +59,15 @@ _UNDECODABLE = (
 )
 
 
+def headers_of(msg: Message) -> dict[str, str]:
+    """The message's headers; ``{}`` (and counted as undecodable) for a malformed block."""
+    try:
+        return msg.headers
+    except DecodeError:
+        UNDECODABLE.count += 1
+        return {}
+
+
 def message_to_dict(msg: Message) -> dict[str, Any]:
     """A JSON-ready view of a message with a stable shape (see the module docstring).
 
@@ -69,6 +80,7 @@ def message_to_dict(msg: Message) -> dict[str, Any]:
         "kind": msg.kind.name.lower(),
         "codec": msg.codec.name.lower(),
         "reply": msg.reply,
+        "headers": headers_of(msg),
         "received_at": msg.received_at,
         "size": len(msg.data),
         "encoding": encoding,

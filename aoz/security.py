@@ -46,7 +46,7 @@ from typing import Any
 import zmq
 from zmq.utils import z85
 
-from ._errmap import drain_error
+from ._errmap import drain_error, mapped, tolerated
 from .errors import ConfigError
 
 __all__ = [
@@ -100,10 +100,12 @@ def public_key(secret: str) -> str:
     >>> public_key(sec) == pub
     True
     """
+    what = "not a CURVE secret key: expected 40 characters of Z85 text"
     try:
-        return zmq.curve_public(secret.encode("ascii")).decode("ascii")
-    except (ValueError, UnicodeEncodeError, zmq.ZMQError) as exc:
-        raise ConfigError("not a CURVE secret key: expected 40 characters of Z85 text") from exc
+        with mapped(what):
+            return zmq.curve_public(secret.encode("ascii")).decode("ascii")
+    except (ValueError, UnicodeEncodeError) as exc:  # refused before ZeroMQ saw it
+        raise ConfigError(what) from exc
 
 
 def _check_key(text: str, where: str) -> str:
@@ -192,17 +194,16 @@ class ZapThread:
     def _run(self) -> None:
         sock = self._sock
         try:
-            while not self._stop.is_set():
-                if not sock.poll(100):
-                    continue
-                request = sock.recv_multipart()
-                reply, ok = zap_reply(request, self.allowed)
-                if not ok:
-                    self.denied += 1
-                    log.info("refused a naming-plane client: %s", reply[3].decode())
-                sock.send_multipart(reply)
-        except zmq.ZMQError as exc:  # context terminated under us
-            log.debug("ZAP thread ended: %s", exc)
+            with tolerated("the ZAP thread ended", "its context was terminated under it"):
+                while not self._stop.is_set():
+                    if not sock.poll(100):
+                        continue
+                    request = sock.recv_multipart()
+                    reply, ok = zap_reply(request, self.allowed)
+                    if not ok:
+                        self.denied += 1
+                        log.info("refused a naming-plane client: %s", reply[3].decode())
+                    sock.send_multipart(reply)
         finally:
             sock.close(linger=0)
 
@@ -243,18 +244,18 @@ class DataCurve:
             zap.setsockopt(zmq.LINGER, 0)
             zap.bind(ZAP_ENDPOINT)
             self.zap = zap
+        what = ("invalid CURVE key: keys are 40-character Z85 strings; make them with "
+                "aoz.security.keypair()")
         try:
-            pub.setsockopt(zmq.CURVE_SERVER, 1)
-            pub.setsockopt(zmq.CURVE_SECRETKEY, s.curve_server_secret.encode("ascii"))
-            pub.setsockopt(zmq.ZAP_DOMAIN, b"aoz")
-            sub.setsockopt(zmq.CURVE_SERVERKEY, s.curve_server_public.encode("ascii"))
-            sub.setsockopt(zmq.CURVE_PUBLICKEY, public.encode("ascii"))
-            sub.setsockopt(zmq.CURVE_SECRETKEY, secret.encode("ascii"))
-        except (zmq.ZMQError, UnicodeEncodeError) as exc:
-            raise ConfigError(
-                f"invalid CURVE key ({exc}): keys are 40-character Z85 strings; "
-                "make them with aoz.security.keypair()"
-            ) from exc
+            with mapped(what):  # libzmq refuses a key that is not Z85 with EINVAL
+                pub.setsockopt(zmq.CURVE_SERVER, 1)
+                pub.setsockopt(zmq.CURVE_SECRETKEY, s.curve_server_secret.encode("ascii"))
+                pub.setsockopt(zmq.ZAP_DOMAIN, b"aoz")
+                sub.setsockopt(zmq.CURVE_SERVERKEY, s.curve_server_public.encode("ascii"))
+                sub.setsockopt(zmq.CURVE_PUBLICKEY, public.encode("ascii"))
+                sub.setsockopt(zmq.CURVE_SECRETKEY, secret.encode("ascii"))
+        except UnicodeEncodeError as exc:  # refused before ZeroMQ saw it
+            raise ConfigError(what) from exc
 
     def drain_zap(self, sock: zmq.Socket[bytes]) -> int:
         """Answer the ZAP requests waiting on ``sock`` (the data plane's reader calls it)."""

@@ -43,7 +43,16 @@ import anyio
 import anyio.abc
 
 from ._tasks import TaskOwner
-from .errors import AozError, ClosedError, EncodeError, ServiceError, WaitTimeout
+from .asyncapi import reply_type_of
+from .errors import (
+    AozError,
+    ClosedError,
+    EncodeError,
+    ServiceError,
+    UsageError,
+    UsageTypeError,
+    WaitTimeout,
+)
 from .message import ERROR_KEY, Message
 from .node import Node
 from .protocol.frames import Kind
@@ -84,11 +93,16 @@ class Service:
         handler: Handler,
         max_concurrency: int,
         queue: str | None = None,
+        request_type: Any = None,
+        reply_type: Any = None,
     ) -> None:
         if not callable(handler):
-            raise AozError(f"the handler of service {name!r} must be callable, not {handler!r}")
+            raise UsageTypeError(
+                f"the handler of service {name!r} must be callable (an async or plain "
+                f"function), not {handler!r}"
+            )
         if max_concurrency < 1:
-            raise AozError("max_concurrency must be >= 1")
+            raise UsageError(f"max_concurrency must be >= 1, not {max_concurrency!r}")
         self.node = node
         self.name = name
         self.queue = queue
@@ -99,9 +113,14 @@ class Service:
         self._sub: Any = None
         self.handled = 0
         self.failed = 0
+        # what aoz.asyncapi documents: the reply type from the handler's annotation
+        self._types = (request_type, reply_type or reply_type_of(handler))
 
     async def start(self) -> Service:
         """Subscribe and start answering; returns once the subscription is in place."""
+        request, reply = self._types
+        self.node.catalog.add_service(self.name, request=request, reply=reply,
+                                      queue=self.queue)
         if self.queue is not None:
             from .queues import subscribe as queue_subscribe
 
@@ -117,6 +136,7 @@ class Service:
 
     async def aclose(self) -> None:
         """Stop answering: unsubscribe and cancel calls in progress. From any task; twice too."""
+        self.node.catalog.remove_service(self.name)
         if self._sub is not None:
             await self._sub.aclose()
         await self._owner.aclose()
@@ -188,8 +208,14 @@ def serve(
     *,
     max_concurrency: int = 64,
     queue: str | None = None,
+    request_type: Any = None,
+    reply_type: Any = None,
 ) -> Service:
     """Advertise service ``name``: every request on it is answered by ``handler``.
+
+    ``request_type``/``reply_type`` describe the service in the node's AsyncAPI
+    document (:mod:`aoz.asyncapi`); the reply type defaults to the handler's return
+    annotation.
 
     ``handler`` is ``async def handler(msg) -> result`` or a plain function (run in a
     worker thread). Use the result as ``async with`` (or ``await svc.start()`` /
@@ -199,7 +225,7 @@ def serve(
     >>> async with aoz.serve(node, "SVC.echo", lambda m: m.decode()):  # doctest: +SKIP
     ...     ...
     """
-    return Service(node, name, handler, max_concurrency, queue)
+    return Service(node, name, handler, max_concurrency, queue, request_type, reply_type)
 
 
 async def wait_for_service(node: Node, name: str, timeout: float = 5.0) -> None:

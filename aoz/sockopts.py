@@ -52,7 +52,9 @@ from typing import Any, Final
 
 import zmq
 
+from ._errmap import mapped, tolerated
 from .config import Settings
+from .errors import AozError
 
 __all__ = [
     "DATA_MONITOR_EVENTS",
@@ -134,9 +136,14 @@ def stop_reconnect_on_handshake_failure(sock: zmq.Socket[Any]) -> bool:
     ``ZMQ_RECONNECT_STOP`` is a draft option of libzmq 4.3.5; without it the
     :class:`HandshakeGuard` disconnects the endpoint as soon as the failure is reported.
     """
+    option = getattr(zmq, "RECONNECT_STOP", None)
+    value = getattr(zmq, "RECONNECT_STOP_HANDSHAKE_FAILED", None)
+    if option is None or value is None:  # pyzmq without the draft option's names
+        return False
     try:
-        sock.setsockopt(zmq.RECONNECT_STOP, zmq.RECONNECT_STOP_HANDSHAKE_FAILED)
-    except (AttributeError, zmq.ZMQError):
+        with mapped("cannot set ZMQ_RECONNECT_STOP"):
+            sock.setsockopt(option, value)
+    except AozError:  # libzmq without draft options (EINVAL): the guard disconnects instead
         return False
     return True
 
@@ -373,10 +380,9 @@ class HandshakeGuard:
                 self.backoff.forget(endpoint)
                 continue
             self._disconnect(endpoint)  # one session per endpoint, whoever connected it
-            try:
+            # the socket may close under us; the next tick (or the owner's close) decides
+            with tolerated(f"cannot reconnect to {endpoint}", "the socket is closing"):
                 self.sock.connect(endpoint)
-            except zmq.ZMQError as exc:
-                log.debug("reconnect to %s failed: %s", endpoint, exc)
 
     def reset(self, endpoint: str) -> None:
         """A fresh link to ``endpoint`` (a peer came back): no back-off left over."""
@@ -387,7 +393,6 @@ class HandshakeGuard:
     def _disconnect(self, endpoint: str) -> None:
         if self.sock.closed:
             return
-        try:
+        with tolerated(f"cannot disconnect {endpoint}", "libzmq already dropped it "
+                       "(ZMQ_RECONNECT_STOP)"):
             self.sock.disconnect(endpoint)
-        except zmq.ZMQError:
-            pass  # libzmq already dropped it (ZMQ_RECONNECT_STOP)

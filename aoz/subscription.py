@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 import msgspec
 
 from .config import Overflow
-from .errors import ClosedError, WaitTimeout
+from .errors import ClosedError, UsageError, WaitTimeout
 
 if TYPE_CHECKING:
     from .message import Message
@@ -217,6 +217,10 @@ class Mailbox(Generic[T]):
     def _ended(self) -> BaseException:
         return self._error if self._error is not None else StopAsyncIteration()
 
+    async def get(self) -> T:
+        """The next item, waiting for one; raises when the mailbox has ended."""
+        return await self._get()
+
     async def _get(self) -> T:
         while True:
             if self._queue:
@@ -342,7 +346,7 @@ class Subscription(Mailbox["Message"]):
         ...     count += len(batch)
         """
         if max_size < 1:
-            raise ValueError("max_size must be >= 1")
+            raise UsageError(f"max_size must be >= 1, not {max_size}")
         return _Batches(self, max_size)
 
     def statistics(self) -> SubscriptionStatistics:

@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import FastAPI, WebSocket
 
 import aoz
-from aoz.fastapi import EXCEPTION_HANDLERS, NodeDep, lifespan, relay
+from aoz.fastapi import EXCEPTION_HANDLERS, NodeDep, asyncapi_route, lifespan, relay
 
 # EXCEPTION_HANDLERS: no quote service -> 503, a service that does not answer -> 504,
 # a service whose handler failed -> 502 (its error is logged, not sent to the client)
@@ -25,7 +25,7 @@ app = FastAPI(
     lifespan=lifespan(program="fastapi-example"),
     exception_handlers=EXCEPTION_HANDLERS,
 )
-
+asyncapi_route(app)  # GET /asyncapi.json: the node's services and publications
 
 @app.get("/quote/{symbol}")
 async def quote(symbol: str, node: NodeDep, timeout: float = 1.0) -> Any:

@@ -305,10 +305,9 @@ def report(exc: BaseException) -> int | None:
 
 
 def flush_zmq() -> None:
-    """Let ZeroMQ deliver what closed sockets still queue (a reply, the last publish)
-    before the process exits: without terminating the context, exit discards it."""
-    import zmq
+    """Let the naming goodbye (``D``) leave before the process exits. A node's data
+    sockets (a reply, the last publish) are flushed when the node closes: each node
+    terminates its own context; the naming sockets share aoz's naming context."""
+    from ..discovery.driver import flush_naming
 
-    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
-    if not ctx.closed:
-        ctx.destroy(linger=FLUSH_LINGER_MS)
+    flush_naming(FLUSH_LINGER_MS)

@@ -14,6 +14,7 @@ HELP = (
 
 def build_app() -> typer.Typer:
     # each module registers its verbs (imported by name: the package imports this module)
+    from .asyncapi import register as register_asyncapi
     from .bench import register as register_bench
     from .daemons import register as register_daemons
     from .peers import register as register_peers
@@ -33,7 +34,8 @@ def build_app() -> typer.Typer:
         if value:
             import aoz
 
-            print(f"aoz {aoz.__version__} (hot path: {aoz.hot_path()})")
+            print(f"aoz {aoz.__version__} (hot path: {aoz.hot_path()}, "
+                  f"omnm codec: {aoz.omnm.implementation()})")
             raise typer.Exit(0)
 
     @app.callback()
@@ -56,4 +58,5 @@ def build_app() -> typer.Typer:
     register_peers(app)
     register_bench(app)
     register_daemons(app)
+    register_asyncapi(app)
     return app

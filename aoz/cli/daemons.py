@@ -21,7 +21,10 @@ EXAMPLES = {
 
   aoz nsd --bind 0.0.0.0 --port 5756 --advertise myhost.example.com
 
-  aoz nsd --port 0                               # ephemeral port, printed on stderr""",
+  aoz nsd --port 0                               # ephemeral port, printed on stderr
+
+  aoz nsd --bind ipc:///run/user/1000/aoz-nsd    # aoz nodes on this host only (naming=[that],
+                                                 # transport="ipc"); the XSUB is <path>.xsub""",
     "keygen": """Examples:
 
   aoz keygen mesh            # mesh.key (secret, 0600) and mesh.pub; prints the public key""",
@@ -34,7 +37,9 @@ EXAMPLES = {
 
   aoz broker --pub-port 5559 --sub-port 5560
 
-  # nodes: aoz.connect(broker_pub="tcp://HOST:5559", broker_sub="tcp://HOST:5560")""",
+  # nodes: aoz.connect(broker_pub="tcp://HOST:5559", broker_sub="tcp://HOST:5560")
+
+  aoz broker --bind ipc:///tmp/aoz-broker         # binds <path>.pub and <path>.sub""",
     "record": """Examples:
 
   aoz record 'MD.>' --dir recordings                 # until Ctrl-C
@@ -96,18 +101,19 @@ async def watch_mesh(endpoint: str, silent_after: float) -> None:
 
     import anyio
     import zmq
-    import zmq.asyncio
 
+    from .._errmap import mapped
+    from ..discovery.driver import naming_context
     from ..protocol.naming import NamingType, decode_naming
 
     log = logging.getLogger("aoz.nsd")
     seen: dict[str, tuple[str, float]] = {}  # uuid -> (description, last heard)
-    ctx = zmq.asyncio.Context.instance()
-    sub = ctx.socket(zmq.SUB)
-    sub.setsockopt(zmq.LINGER, 0)
-    sub.setsockopt(zmq.SUBSCRIBE, b"_NAMING")
-    sub.connect(endpoint)
+    sub = naming_context().socket(zmq.SUB)
     try:
+        with mapped(f"cannot listen to the nsd at {endpoint}"):
+            sub.setsockopt(zmq.LINGER, 0)
+            sub.setsockopt(zmq.SUBSCRIBE, b"_NAMING")
+            sub.connect(endpoint)
         while True:
             with anyio.move_on_after(silent_after / 3):
                 data = await sub.recv()
@@ -202,7 +208,12 @@ def _check_writable(directory: Path) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("nsd", epilog=EXAMPLES["nsd"])
     def _nsd(
-        bind: Annotated[str, typer.Option("--bind", help="Interface to bind.")] = "127.0.0.1",
+        bind: Annotated[
+            str,
+            typer.Option(
+                "--bind", help="Interface to bind, or ipc:///path (aoz nodes on this host)."
+            ),
+        ] = "127.0.0.1",
         port: Annotated[
             int,
             typer.Option("--port", min=0, max=65535, help="XPUB port nodes connect to (0: any)."),
@@ -299,7 +310,12 @@ def register(app: typer.Typer) -> None:
 
     @app.command("broker", epilog=EXAMPLES["broker"])
     def _broker(
-        bind: Annotated[str, typer.Option("--bind", help="Interface to bind.")] = "127.0.0.1",
+        bind: Annotated[
+            str,
+            typer.Option(
+                "--bind", help="Interface to bind, or ipc:///path (aoz nodes on this host)."
+            ),
+        ] = "127.0.0.1",
         pub_port: Annotated[
             int,
             typer.Option(

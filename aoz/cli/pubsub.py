@@ -13,7 +13,7 @@ import aoz.cli._common as c
 from ..errors import AozError, TransportError
 from ..message import Message
 from ..protocol.codecs import Codec
-from ..render import OMNM, UNDECODABLE, message_text, message_to_dict
+from ..render import OMNM, UNDECODABLE, headers_of, message_text, message_to_dict
 from .templates import TemplateError, parse_duration, render
 
 BodyCodec = Literal["text", "raw", "json", "msgpack", "omnm"]
@@ -136,6 +136,7 @@ async def pub(
     quiet: bool = False,
     templates: bool = True,
     queue_aware: bool = True,
+    headers: dict[str, str] | None = None,
 ) -> int:
     """Publish ``count`` messages; exit 1 if some had no subscriber (dropped)."""
     c.check_subject(subject, "pub")
@@ -163,10 +164,11 @@ async def pub(
                 value, cd = payload(body, n, codec, templates)
                 try:
                     if queue_aware:
-                        sent = await queues.publish(node, subject, value, codec=cd)
+                        sent = await queues.publish(node, subject, value, codec=cd,
+                                                    headers=headers)
                     else:
                         sent = 1 if node.has_interest(subject) else 0
-                        await node.publish(subject, value, codec=cd)
+                        await node.publish(subject, value, codec=cd, headers=headers)
                 except TransportError as exc:
                     c.info(f"message {n} dropped: {exc}")
                     sent = 0
@@ -225,6 +227,27 @@ async def sub(
     return 0
 
 
+#: ``-H key:value`` (repeatable), as natscli's
+HeaderOpt = Annotated[
+    list[str] | None,
+    typer.Option("--header", "-H", metavar="KEY:VALUE",
+                 help="A message header (repeat for more), as natscli's -H."),
+]
+
+
+def parse_headers(items: list[str] | None) -> dict[str, str] | None:
+    """``["k:v", ...]`` as a dict; a malformed item is a user error (exit 2)."""
+    if not items:
+        return None
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition(":")
+        if not sep or not key.strip():
+            raise c.UserError(f"header {item!r} is not KEY:VALUE (e.g. -H trace:abc)")
+        out[key.strip()] = value.strip()
+    return out
+
+
 def show(msg: Message, n: int, *, raw: bool, as_json: bool) -> None:
     """One message on stdout: natscli's header and body, ``--raw`` body lines or JSON."""
     if as_json:
@@ -235,7 +258,9 @@ def show(msg: Message, n: int, *, raw: bool, as_json: bool) -> None:
         head = f'[#{n}] Received on "{msg.subject}"'
         if msg.reply:
             head += f' with reply "{msg.reply}"'
-        c.write(f"{head}\n{message_text(msg)}\n\n".encode())
+        # natscli shows headers as "Key: value" lines between the title and the body
+        lines = "".join(f"{k}: {v}\n" for k, v in headers_of(msg).items())
+        c.write(f"{head}\n{lines}{message_text(msg)}\n\n".encode())
 
 
 def _prepare_dump(directory: Path) -> None:
@@ -295,6 +320,7 @@ def register(app: typer.Typer) -> None:
         templates: Annotated[
             bool, typer.Option("--templates/--no-templates", help="Render {{...}} templates.")
         ] = True,
+        header: HeaderOpt = None,
         log_level: c.LogLevel = None,
         naming: c.Naming = None,
         static_bind: c.StaticBind = None,
@@ -309,7 +335,7 @@ def register(app: typer.Typer) -> None:
         conn = c.Conn(naming, static_bind, static_connect, config, connect_timeout).kwargs("pub")
         c.run(pub(conn, subject, body_or_stdin(body), count=count, wait=wait,
                   codec=codec_of(codec), sleep=duration(sleep), quiet=quiet,
-                  templates=templates))  # fmt: skip
+                  templates=templates, headers=parse_headers(header)))  # fmt: skip
 
     @app.command("sub", epilog=EXAMPLES["sub"])
     def _sub(

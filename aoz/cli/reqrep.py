@@ -13,7 +13,16 @@ from ..message import Message
 from ..protocol import codecs
 from ..protocol.codecs import Codec
 from ..render import OMNM, UNDECODABLE, message_text, message_to_dict
-from .pubsub import BodyCodec, body_or_stdin, codec_of, duration, payload, show
+from .pubsub import (
+    BodyCodec,
+    HeaderOpt,
+    body_or_stdin,
+    codec_of,
+    duration,
+    parse_headers,
+    payload,
+    show,
+)
 
 EXAMPLES = {
     "req": """Examples:
@@ -47,6 +56,7 @@ async def req(
     as_json: bool = False,
     replies: int = 1,
     count: int = 1,
+    headers: dict[str, str] | None = None,
 ) -> int:
     """Send requests and print the replies. 1 when none came in time, 2 when nobody
     listens, 3 when a responder answered with an error."""
@@ -65,11 +75,13 @@ async def req(
             start = time.perf_counter()
             try:
                 if replies == 1:
-                    got = [await queues.request(node, subject, value, timeout=timeout, codec=cd)]
+                    got = [await node.request(subject, value, timeout=timeout, codec=cd,
+                                              headers=headers)]
                 else:
                     got = []
                     stream = node.request_many(
-                        subject, value, timeout=timeout, max_replies=replies or None, codec=cd
+                        subject, value, timeout=timeout, max_replies=replies or None, codec=cd,
+                        headers=headers,
                     )
                     async for r in stream:
                         got.append(r)
@@ -191,6 +203,7 @@ def register(app: typer.Typer) -> None:
         ] = 2.0,
         codec: CodecOpt = "text",
         raw: Annotated[bool, typer.Option("--raw", "-r", help="Print the replies' bytes.")] = False,
+        header: HeaderOpt = None,
         as_json: Annotated[
             bool, typer.Option("--json", help="Print replies as JSON objects.")
         ] = False,
@@ -203,13 +216,14 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Send a request and print the reply (round-trip time on stderr).
 
-        Exit status 1 when no reply comes in time, 2 when nobody subscribes to SUBJECT.
-        Queue groups are reached too (one member per group answers).
+        Exit status 1 when no reply comes in time, 2 when nobody subscribes to SUBJECT,
+        3 when a responder answered with an error. Queue groups are reached too (one
+        member per group answers).
         """
         conn = c.Conn(naming, static_bind, static_connect, config, connect_timeout).kwargs("req")
         c.run(req(conn, subject, body_or_stdin(body), timeout=timeout, wait=wait,
                   codec=codec_of(codec), raw=raw, as_json=as_json, replies=replies,
-                  count=count))  # fmt: skip
+                  count=count, headers=parse_headers(header)))  # fmt: skip
 
     @app.command("reply", epilog=EXAMPLES["reply"])
     def _reply(

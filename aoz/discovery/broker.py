@@ -29,7 +29,9 @@ from types import TracebackType
 import anyio
 import zmq
 
-from ..errors import ClosedError, TransportError
+from .._errmap import mapped, tolerated
+from ..endpoints import daemon_endpoint
+from ..errors import ClosedError
 
 __all__ = ["Broker", "ProxyThread", "bind_socket"]
 
@@ -39,14 +41,11 @@ _ids = itertools.count(1)
 _HWM = 100_000
 
 
-def bind_socket(sock: zmq.Socket[bytes], host: str, port: int, what: str) -> str:
-    """Bind ``sock`` to ``tcp://host:port`` (port 0 = ephemeral); return the bound address."""
-    address = f"tcp://{host}:{port or '*'}"
-    try:
+def bind_socket(sock: zmq.Socket[bytes], address: str, what: str) -> str:
+    """Bind ``sock`` to ``address`` (:func:`aoz.endpoints.daemon_endpoint`); return the
+    bound address (the port an ephemeral bind got)."""
+    with mapped(f"cannot bind the {what} to {address}"):
         sock.bind(address)
-    except zmq.ZMQError as exc:
-        hint = " (is another daemon running there? choose another port)" if port else ""
-        raise TransportError(f"cannot bind the {what} to {address}: {exc}{hint}") from exc
     last = sock.getsockopt(zmq.LAST_ENDPOINT)
     assert isinstance(last, bytes)
     return last.decode()
@@ -94,9 +93,8 @@ class ProxyThread:
 
     def _run(self) -> None:
         try:
-            zmq.proxy_steerable(self._xsub, self._xpub, None, self._peer)
-        except zmq.ZMQError as exc:  # context terminated under us: nothing left to do
-            log.debug("proxy %s ended: %s", self._thread.name, exc)
+            with tolerated(f"proxy {self._thread.name} ended", "its context was terminated"):
+                zmq.proxy_steerable(self._xsub, self._xpub, None, self._peer)
         finally:
             for sock in (self._xsub, self._xpub, self._peer):
                 sock.close(linger=0)
@@ -119,6 +117,9 @@ class ProxyThread:
 
 class Broker:
     """An XSUB/XPUB forwarder. ``pub_port``/``sub_port`` 0 (the default) pick free ports.
+
+    ``host`` is an interface, or an ``ipc://`` address for aoz nodes on this host: the
+    sockets then bind ``<host>.pub`` and ``<host>.sub`` (``Broker("ipc:///run/aoz/b")``).
 
     Usable as ``async with Broker() as broker:``; :attr:`pub_endpoint` is what nodes
     pass as ``broker_pub`` and :attr:`sub_endpoint` what they pass as ``broker_sub``.
@@ -151,8 +152,12 @@ class Broker:
         try:
             for sock in (xsub, xpub):
                 tune(sock, self._heartbeat)
-            self.pub_endpoint = bind_socket(xsub, self.host, self._pub_port, "broker XSUB")
-            self.sub_endpoint = bind_socket(xpub, self.host, self._sub_port, "broker XPUB")
+            self.pub_endpoint = bind_socket(
+                xsub, daemon_endpoint(self.host, self._pub_port, suffix=".pub"), "broker XSUB"
+            )
+            self.sub_endpoint = bind_socket(
+                xpub, daemon_endpoint(self.host, self._sub_port, suffix=".sub"), "broker XPUB"
+            )
         except BaseException:
             xsub.close(linger=0)
             xpub.close(linger=0)

@@ -20,7 +20,6 @@ counters, the tick loop and how actions are applied.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -33,8 +32,10 @@ import zmq.asyncio
 from anyio.abc import TaskStatus
 from zmq.utils.monitor import parse_monitor_message
 
+from .._errmap import mapped, tolerated, translate
 from ..config import Settings
-from ..errors import DecodeError, NamingTimeout, TransportError
+from ..endpoints import ipc_mesh
+from ..errors import AozError, DecodeError, NamingTimeout
 from ..protocol.naming import NamingType, decode_naming, encode_naming
 from ..sockopts import (
     GUARD_EVENTS,
@@ -62,9 +63,30 @@ from .state import (
 if TYPE_CHECKING:
     from .links import DataLinks
 
-__all__ = ["DriverCore", "NamingDriver"]
+__all__ = ["DriverCore", "NamingDriver", "flush_naming", "naming_context"]
 
 log = logging.getLogger("aoz.discovery")
+
+_context: zmq.asyncio.Context | None = None
+
+
+def naming_context() -> zmq.asyncio.Context:
+    """The ZeroMQ context of every naming socket in this process (aoz's own, not pyzmq's
+    global instance, so :func:`flush_naming` touches nothing of the application's)."""
+    global _context  # one context per process, made on first use
+    if _context is None or _context.closed:
+        _context = zmq.asyncio.Context()
+    return _context
+
+
+def flush_naming(linger_ms: int) -> None:
+    """At process exit: let a just-sent ``D`` leave (up to ``linger_ms``), then end the
+    naming context. Without it, exiting discards what its sockets still queue. Data
+    sockets need no such call: each node terminates its own context when it closes."""
+    global _context
+    ctx, _context = _context, None
+    if ctx is not None and not ctx.closed:
+        ctx.destroy(linger=linger_ms)
 
 _NAMING = b"_NAMING"
 _BATCH = 512  # naming frames handled per wake-up before yielding to the loop
@@ -121,6 +143,7 @@ class DriverCore:
             beacon_interval=s.beacon_interval,
             expire_beacons=s.expire_beacons,
             require_welcome=require_welcome,
+            allow_ipc=ipc_mesh(s),
             wall_offset=self._wall_offset,
         )
 
@@ -286,24 +309,24 @@ class NamingDriver(DriverCore):
         data = self._frames.get(ftype)
         if data is None:
             data = self._frames[ftype] = encode_naming(self._state.frame(ftype))
-        try:
+        # a PUB drops at its HWM instead of failing, so a failure is a closed socket
+        with tolerated("cannot send a naming frame", "the naming PUB is closing"):
             self._pub.send(data, zmq.NOBLOCK)
             self._counters["naming_out"] += 1
-        except zmq.ZMQError as exc:  # PUB drops at the HWM instead; this is a closed socket
-            log.debug("naming send failed: %s", exc)
 
     def _connect_naming(self, endpoint: str) -> None:
         if self._pub is None:
             return
         self._drop_dead_xsubs(endpoint)
         try:
-            self._pub.connect(endpoint)
+            with mapped(f"cannot connect the naming PUB to the nsd XSUB {endpoint}"):
+                self._pub.connect(endpoint)
             log.debug("naming PUB connected to nsd XSUB %s", endpoint)
-        except zmq.ZMQError as exc:
+        except AozError as exc:  # one bad welcome must not stop the node: count, go on
             self._counters["naming_connect_errors"] = (
                 self._counters.get("naming_connect_errors", 0) + 1
             )
-            log.warning("cannot connect naming PUB to %s: %s", endpoint, exc)
+            log.warning("%s", exc)
 
     def _drop_dead_xsubs(self, new: str) -> None:
         """A new welcome: an XSUB we were told about earlier whose link is down belongs to
@@ -314,7 +337,8 @@ class NamingDriver(DriverCore):
         self._poll_pub(time.monotonic())
         for old in self._state.xsub_endpoints:
             if old != new and self._xsub_up.get(old) is False:
-                with contextlib.suppress(zmq.ZMQError):
+                with tolerated(f"cannot disconnect the naming PUB from {old}",
+                               "libzmq may have dropped the dead link already"):
                     self._pub.disconnect(old)
                 self._state.forget_xsub(old)
                 self._xsub_up.pop(old, None)
@@ -334,7 +358,7 @@ class NamingDriver(DriverCore):
         self._state = state = self._make_state(links, require_welcome=True)
         # The naming sockets live in their own context (not the data sockets' one):
         # naming must keep working even if a data socket misbehaves in its io thread.
-        actx = zmq.asyncio.Context.instance()
+        actx = naming_context()
         pub: zmq.Socket[bytes] = zmq.Context.shadow(actx.underlying).socket(zmq.PUB)
         mon: zmq.Socket[bytes] | None = None
         try:
@@ -358,7 +382,8 @@ class NamingDriver(DriverCore):
             for conn in self._subs:
                 conn.close()
             self._subs = []
-            with contextlib.suppress(zmq.ZMQError):
+            with tolerated("cannot stop the naming PUB's monitor",
+                           "the monitor may not have started"):
                 pub.disable_monitor()
             if mon is not None:
                 mon.close(linger=0)
@@ -414,7 +439,7 @@ class NamingDriver(DriverCore):
 
 def _monitor(sock: zmq.Socket[Any]) -> zmq.Socket[bytes]:
     """A PAIR receiving ``sock``'s guard events (a plain socket: polled, never awaited)."""
-    shared = zmq.asyncio.Context.instance().underlying
+    shared = naming_context().underlying
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.shadow(shared)
     mon: zmq.Socket[bytes] = ctx.socket(zmq.PAIR)
     endpoint = f"inproc://aoz-naming-monitor-{id(sock):x}"
@@ -431,10 +456,12 @@ def _events(mon: zmq.Socket[bytes]) -> list[tuple[int, str]]:
             ev = parse_monitor_message(mon.recv_multipart(zmq.NOBLOCK))
             raw = ev["endpoint"]
             out.append((int(ev["event"]), raw.decode() if isinstance(raw, bytes) else ""))
-    except zmq.Again:
+    except zmq.Again:  # flow control: no more events queued
         pass
-    except (zmq.ZMQError, ValueError, KeyError) as exc:  # closed, or a bad event
-        log.debug("naming monitor: %s", exc)
+    except zmq.ZMQError as exc:  # the monitor closed with its socket: nothing to tell
+        log.debug("%s", translate(exc, "naming monitor"))
+    except (ValueError, KeyError, RuntimeError) as exc:  # an event the parser rejects
+        log.debug("naming monitor: malformed event: %s", exc)
     return out
 
 
@@ -459,20 +486,18 @@ class _NamingSub:
 
     def _open(self) -> tuple[zmq.asyncio.Socket, zmq.Socket[bytes], HandshakeGuard]:
         s = self.settings
-        sock = zmq.asyncio.Context.instance().socket(zmq.SUB)
+        sock = naming_context().socket(zmq.SUB)
         try:
-            apply_naming_options(sock, s, hwm=_HWM)
-            sock.setsockopt(zmq.LINGER, 0)
-            mon = _monitor(sock)
-            guard = HandshakeGuard(sock, s, wanted=lambda ep: ep == self.endpoint)
-            sock.setsockopt(zmq.SUBSCRIBE, _NAMING)
-            sock.connect(self.endpoint)
-        except zmq.ZMQError as exc:
+            with mapped(f"cannot connect to naming daemon {self.endpoint}"):
+                apply_naming_options(sock, s, hwm=_HWM)
+                sock.setsockopt(zmq.LINGER, 0)
+                mon = _monitor(sock)
+                guard = HandshakeGuard(sock, s, wanted=lambda ep: ep == self.endpoint)
+                sock.setsockopt(zmq.SUBSCRIBE, _NAMING)
+                sock.connect(self.endpoint)
+        except AozError:
             sock.close(linger=0)
-            raise TransportError(
-                f"cannot connect to naming daemon {self.endpoint}: {exc}; "
-                "give tcp://host:port addresses in `naming`"
-            ) from exc
+            raise
         return sock, mon, guard
 
     def poll(self, now: float) -> None:
@@ -496,7 +521,7 @@ class _NamingSub:
         self.first, self.handshakes, self.reconnected = True, 0, False
 
     def close(self) -> None:
-        with contextlib.suppress(zmq.ZMQError):
+        with tolerated("cannot stop a naming SUB's monitor", "the monitor may be gone"):
             self.sock.disable_monitor()
         self.mon.close(linger=0)
         self.sock.close(linger=0)

@@ -42,6 +42,7 @@ from types import TracebackType
 import anyio
 import zmq
 
+from ..endpoints import daemon_endpoint
 from ..errors import AozError, ClosedError, ConfigError
 from ..protocol.naming import NamingFrame, NamingType, encode_naming
 from ..security import ZapThread, public_key, read_key, read_keys
@@ -75,6 +76,11 @@ class NamingDaemon:
     :attr:`xsub_endpoint` the address announced in the welcome. When ``host`` is a
     wildcard, ``advertise`` (default: this machine's host name) replaces it in the
     welcome so remote nodes can connect.
+
+    ``host`` may instead be an ``ipc://`` address (``port`` is then unused): the XPUB
+    binds there and the XSUB beside it (``<host>.xsub``). Only aoz nodes on this host
+    can use such an nsd (OZ programs name an nsd by address and port), so its nodes may
+    announce ipc data endpoints (``transport="ipc"``; see :mod:`aoz.endpoints`).
     """
 
     def __init__(
@@ -136,12 +142,16 @@ class NamingDaemon:
             if self._curve_secret is not None:
                 self._zap = ZapThread(ctx, self._curve_allow)
                 self._zap.start()
-            xsub_bound = bind_socket(xsub, self.host, 0, "nsd XSUB")
+            xsub_bound = bind_socket(
+                xsub, daemon_endpoint(self.host, 0, suffix=".xsub"), "nsd XSUB"
+            )
             self.xsub_endpoint = self._advertised(xsub_bound)
             xpub.setsockopt(
                 zmq.XPUB_WELCOME_MSG, welcome_frame(self.xsub_endpoint, program=self.program)
             )
-            self.endpoint = self._advertised(bind_socket(xpub, self.host, self.port, "nsd XPUB"))
+            self.endpoint = self._advertised(
+                bind_socket(xpub, daemon_endpoint(self.host, self.port), "nsd XPUB")
+            )
         except BaseException:
             xsub.close(linger=0)
             xpub.close(linger=0)
@@ -154,6 +164,8 @@ class NamingDaemon:
         log.debug("nsd ready: xpub=%s xsub=%s", self.endpoint, self.xsub_endpoint)
 
     def _advertised(self, bound: str) -> str:
+        if not bound.startswith("tcp://"):  # ipc: the path is the same for every node
+            return bound
         host, _, port = bound.removeprefix("tcp://").rpartition(":")
         if host in _WILDCARDS or self._advertise:
             host = self._advertise or socket.gethostname()
@@ -225,7 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="aoz nsd", description="aoz/OZ naming daemon (XPUB/XSUB proxy with a W welcome)"
     )
-    parser.add_argument("--bind", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    parser.add_argument(
+        "--bind",
+        default="127.0.0.1",
+        help="interface to bind (default 127.0.0.1), or ipc:///path for aoz nodes on this host",
+    )
     parser.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help="XPUB port nodes connect to (default 5756)"
     )

@@ -54,7 +54,7 @@ class PeerEventStream:
         return self
 
     async def __anext__(self) -> PeerEvent:
-        return await self._box._get()
+        return await self._box.get()
 
     async def aclose(self) -> None:
         self._box.close()

@@ -59,6 +59,10 @@ Phases::
 Hostile or malformed input (an endpoint that is not ``tcp://host:port``, a uuid that
 is not a uuid, our own uuid with someone else's endpoint) is counted in
 :attr:`NamingState.counters` and ignored; it never produces a ``ConnectData``.
+With ``allow_ipc`` (the driver sets it where no OZ program reads the naming plane:
+:func:`aoz.endpoints.ipc_mesh`) an ``ipc://`` endpoint is valid too, from a peer that
+names our host (an ipc address means nothing on another host), and so is an ipc
+XSUB endpoint in a welcome.
 
 Goodbyes, impostors and the trade-off
 -------------------------------------
@@ -101,7 +105,8 @@ from typing import TypeAlias
 
 import msgspec
 
-from ..protocol.naming import NamingFrame, NamingType, is_tcp_endpoint, is_uuid
+from ..endpoints import is_ipc_endpoint, is_oz_endpoint
+from ..protocol.naming import NamingFrame, NamingType, is_uuid
 from .peers import Peer
 
 __all__ = [
@@ -281,8 +286,10 @@ class NamingState:
         expire_beacons: int = 3,
         require_welcome: bool = True,
         wall_offset: float = 0.0,
+        allow_ipc: bool = False,
     ) -> None:
         self.uuid = uuid
+        self.allow_ipc = allow_ipc
         self.endpoint = endpoint
         self.program = program
         self.host = host
@@ -363,7 +370,8 @@ class NamingState:
         """An nsd's welcome named its XSUB endpoint."""
         if self.phase in (Phase.IDLE, Phase.FAILED, Phase.STOPPED):
             return []
-        if not is_tcp_endpoint(xsub_endpoint) or not self.require_welcome:
+        ok = is_oz_endpoint(xsub_endpoint) or (self.allow_ipc and is_ipc_endpoint(xsub_endpoint))
+        if not ok or not self.require_welcome:
             # without an nsd (UDP mode) a welcome can only be noise or mischief
             self._counters.add("naming_malformed")
             return []
@@ -389,12 +397,18 @@ class NamingState:
         self._counters.add("naming_in")
         if frame.type is NamingType.WELCOME:
             return self._received_welcome(frame, now, first)
-        if not is_uuid(frame.uuid) or not is_tcp_endpoint(frame.endpoint):
+        if not is_uuid(frame.uuid) or not self._reachable(frame):
             self._counters.add("naming_malformed")
             return []
         if frame.type is NamingType.DISCONNECT:
             return self._disconnect(frame, now)
         return self._announced(frame, now)
+
+    def _reachable(self, frame: NamingFrame) -> bool:
+        """Whether the frame's endpoint is one this node may connect to (module docstring)."""
+        if is_oz_endpoint(frame.endpoint):
+            return True
+        return self.allow_ipc and frame.host == self.host and is_ipc_endpoint(frame.endpoint)
 
     def tick(self, now: float) -> list[Action]:
         """Time passed: repeat announcements, check the deadline, beacon, expire peers."""

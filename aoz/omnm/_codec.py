@@ -28,15 +28,18 @@ from ._model import (
     OpenMamaCompatWarning,
     Price,
     Time,
-    _as_message,
-    _as_price,
-    _as_time,
-    _new_field,
+    as_message,
+    as_price,
+    as_time,
     field_from_value,
     narrowest_int_type,
+    new_field,
 )
 
-__all__ = ["MAX_DEPTH", "decode", "encode", "field_from_value", "narrowest_int_type"]
+__all__ = [
+    "MAX_DEPTH", "READER_BY_ID", "WRITER_BY_ID", "decode", "encode", "field_from_value",
+    "narrowest_int_type",
+]
 
 
 #: nested MSG / VECTOR_MSG levels accepted by :func:`decode` (and written by :func:`encode`)
@@ -101,7 +104,7 @@ def _encode_into(buf: bytearray, message: FieldsLike, depth: int) -> None:
             raise EncodeError(f"an omnm message holds omnm.Field values, not {f!r}")
         name, fid, t, value = f
         hit = _header_cache.get(name)
-        if hit is not None and hit[0] == fid and hit[1] is t:
+        if hit is not None and hit[0] == fid and hit[1] is t and type(fid) is int:
             buf += hit[2]
         else:
             t = _header(buf, name, fid, t)
@@ -112,7 +115,7 @@ def _encode_into(buf: bytearray, message: FieldsLike, depth: int) -> None:
                     buf += s.pack(value)
                     continue
                 raise TypeError(f"needs a number, not {type(value).__name__}")
-            _WRITER_BY_ID[t](buf, value, depth)
+            WRITER_BY_ID[t](buf, value, depth)
         except (struct.error, TypeError, ValueError, OverflowError) as exc:
             tn = t.name if isinstance(t, FieldType) else repr(t)
             raise EncodeError(
@@ -133,7 +136,10 @@ def _header(buf: bytearray, name: Any, fid: Any, t: Any) -> FieldType:
             )
         name_b = b"\0"
     elif isinstance(name, str):
-        name_b = name.encode("utf-8", "surrogateescape") + b"\0"
+        try:
+            name_b = name.encode("utf-8", "surrogateescape") + b"\0"
+        except UnicodeEncodeError as exc:  # a lone surrogate that no wire byte gave
+            raise EncodeError(f"field name {name!r} is not valid text: {exc.reason}") from None
         if b"\0" in name_b[:-1]:
             raise EncodeError(f"field name {name!r} contains NUL, which ends names on the wire")
     else:
@@ -186,7 +192,7 @@ def _w_opaque(buf: bytearray, v: Any, depth: int) -> None:
 
 
 def _time_bytes(v: Any) -> bytes:
-    t = _as_time(v)
+    t = as_time(v)
     if not 0 <= t.seconds <= _U32_MAX:
         raise ValueError(
             "OpenMAMA can only express TIME seconds in 0..4294967295 (1970..2106); "
@@ -202,13 +208,13 @@ def _w_time(buf: bytearray, v: Any, depth: int) -> None:
 
 
 def _w_price(buf: bytearray, v: Any, depth: int) -> None:
-    p = _as_price(v)
+    p = as_price(v)
     buf += _PRICE.pack(p.value, p.hints)
 
 
 def _w_msg(buf: bytearray, v: Any, depth: int) -> None:
     inner = bytearray(HEADER)
-    _encode_into(inner, _as_message(v), depth + 1)
+    _encode_into(inner, as_message(v), depth + 1)
     buf += _U32.pack(len(inner))
     buf += inner
 
@@ -251,7 +257,7 @@ def _w_vmsg(buf: bytearray, v: Any, depth: int) -> None:
     sizes = set()
     for m in v:
         one = bytearray(HEADER)
-        _encode_into(one, _as_message(m), depth + 1)
+        _encode_into(one, as_message(m), depth + 1)
         sizes.add(len(one))
         inner += _U32.pack(len(one))
         inner += one
@@ -274,7 +280,7 @@ def _w_vtime(buf: bytearray, v: Any, depth: int) -> None:
 
 
 def _w_vprice(buf: bytearray, v: Any, depth: int) -> None:
-    body = b"".join(_PRICE.pack(p.value, p.hints) for p in map(_as_price, v))
+    body = b"".join(_PRICE.pack(p.value, p.hints) for p in map(as_price, v))
     buf += _U32.pack(len(body))
     buf += body
 
@@ -341,7 +347,7 @@ def _decode(buf: bytes, pos: int, end: int, depth: int) -> Message:
             nxt = pos + s.size
             if nxt > end:
                 raise _fail(f"{t.name} field {name!r} truncated")
-            append(_new_field(Field, (name, fid, t, s.unpack_from(buf, pos)[0])))
+            append(new_field(Field, (name, fid, t, s.unpack_from(buf, pos)[0])))
             pos = nxt
             continue
         if tb == 8 and end - pos >= 4:  # STRING, the commonest sized field: inline
@@ -350,12 +356,12 @@ def _decode(buf: bytes, pos: int, end: int, depth: int) -> Message:
             if start < nxt <= end and buf[nxt - 1] == 0:
                 stop = buf.find(b"\0", start, nxt)
                 text = buf[start:stop].decode("utf-8", "surrogateescape")
-                append(_new_field(Field, (name, fid, t, text)))
+                append(new_field(Field, (name, fid, t, text)))
                 pos = nxt
                 continue
             # malformed: the general reader below says what is wrong
-        value, pos = _READER_BY_ID[tb](buf, pos, end, depth, t)
-        append(_new_field(Field, (name, fid, t, value)))
+        value, pos = READER_BY_ID[tb](buf, pos, end, depth, t)
+        append(new_field(Field, (name, fid, t, value)))
     return Message._of(fields)
 
 
@@ -504,10 +510,12 @@ _READERS: Final[dict[FieldType, _Reader]] = {
     **{t: _vector_reader(f) for t, f in _VECTOR_FMT.items()},
 }
 
-# indexed by type byte; None for the fixed-width scalars (struct-packed inline) and unknowns
-_WRITER_BY_ID: Final[list[Any]] = [None] * 256
-_READER_BY_ID: Final[list[Any]] = [None] * 256
+# Indexed by type byte; None for the fixed-width scalars (struct-packed inline) and unknowns.
+# The compiled twin (_fast.pyx) uses these for the vector types, so that both apply
+# one set of rules to them.
+WRITER_BY_ID: Final[list[Any]] = [None] * 256
+READER_BY_ID: Final[list[Any]] = [None] * 256
 for _t, _w in _WRITERS.items():
-    _WRITER_BY_ID[_t] = _w
+    WRITER_BY_ID[_t] = _w
 for _t, _r in _READERS.items():
-    _READER_BY_ID[_t] = _r
+    READER_BY_ID[_t] = _r

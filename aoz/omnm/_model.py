@@ -5,11 +5,12 @@ from __future__ import annotations
 import datetime as _dt
 import enum
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from operator import itemgetter
 from typing import Any, ClassVar, Final, NamedTuple, TypeAlias
 
 import msgspec
 
-from ..errors import EncodeError
+from ..errors import EncodeError, UsageError
 
 __all__ = [
     "Field",
@@ -102,7 +103,7 @@ class Time(msgspec.Struct, frozen=True):
         silently read as UTC by the other side).
         """
         if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(
+            raise UsageError(
                 f"{value!r} has no time zone; omnm TIME is UTC, so pass an aware datetime "
                 "(datetime.now(timezone.utc), dt.replace(tzinfo=timezone.utc), ...)"
             )
@@ -173,30 +174,54 @@ class Message:
     by name, ``msg[22]`` by fid (an ``int`` key is always a fid). Iteration yields
     every :class:`Field`, in order.
 
+    Lookups cost O(1): the first one builds an index of the names and fids (first match
+    kept), and later ones use it. The index follows :meth:`add`, appends to ``fields``
+    and assignments of ``fields``; after replacing or removing fields of the list in
+    place, assign it back (``msg.fields = msg.fields``) to have it rebuilt.
+
     >>> m = Message({"symbol": "IBM", "bid": 135.25})
     >>> m.add("qty", 100, fid=12, type=FieldType.U32)["qty"], m[12], m.field("bid").type
     (100, 100, <FieldType.F64: 25>)
     """
 
-    __slots__ = ("fields",)
+    __slots__ = ("_fields", "_index")
 
-    fields: list[Field]
+    _fields: list[Field]
+    # (first position of each name, first position of each fid, len(fields) indexed)
+    _index: tuple[dict[Any, int], dict[Any, int], int] | None
 
     def __init__(self, fields: FieldsLike | None = None) -> None:
+        self._index = None
         if fields is None:
-            self.fields = []
+            self._fields = []
+        elif type(fields) is list and set(map(type, fields)) <= _FIELD_TYPES:
+            self._fields = fields.copy()  # ready Fields, the common case
         elif isinstance(fields, Message):
-            self.fields = list(fields.fields)
+            self._fields = list(fields._fields)
         elif isinstance(fields, Mapping):
-            self.fields = [field_from_value(k, 0, v) for k, v in fields.items()]
+            self._fields = [field_from_value(k, 0, v) for k, v in fields.items()]
         else:
-            self.fields = [f if isinstance(f, Field) else Field(*f) for f in fields]
+            lst = list(fields)
+            if not set(map(type, lst)) <= _FIELD_TYPES:
+                lst = [f if isinstance(f, Field) else Field(*f) for f in lst]
+            self._fields = lst
+
+    @property
+    def fields(self) -> list[Field]:
+        """The fields in wire order (a list: append to it, or assign a new one)."""
+        return self._fields
+
+    @fields.setter
+    def fields(self, fields: list[Field]) -> None:
+        self._fields = fields
+        self._index = None
 
     @classmethod
     def _of(cls, fields: list[Field]) -> Message:
         # the decoder's constructor: the fields are already checked Field values
         m = cls.__new__(cls)
-        m.fields = fields
+        m._fields = fields
+        m._index = None
         return m
 
     def add(
@@ -207,45 +232,87 @@ class Message:
         Returns the message, so calls chain.
         """
         v = value if type is None else Typed(type, value)
-        self.fields.append(field_from_value(name, fid, v))
+        self._fields.append(field_from_value(name, fid, v))
         return self
+
+    def _reindex(self) -> tuple[dict[Any, int], dict[Any, int], int]:
+        fields = self._fields
+        n = len(fields)
+        # built from the last field to the first, so that the first of a name wins
+        backwards = fields[::-1]
+        where = range(n - 1, -1, -1)
+        try:
+            index = (
+                dict(zip(map(_NAME, backwards), where, strict=True)),
+                dict(zip(map(_FID, backwards), where, strict=True)),
+                n,
+            )
+        except TypeError:  # an unhashable name or fid, which no key can match: left out
+            names: dict[Any, int] = {}
+            fids: dict[Any, int] = {}
+            for i, f in enumerate(fields):
+                for table, key in ((names, f[0]), (fids, f[1])):
+                    try:
+                        table.setdefault(key, i)
+                    except TypeError:
+                        pass
+            index = (names, fids, n)
+        self._index = index
+        return index
 
     def field(self, key: str | int) -> Field | None:
         """The first field named ``key`` (``str``) or with fid ``key`` (``int``), or None."""
-        if isinstance(key, str):
-            for f in self.fields:
-                if f.name == key:
-                    return f
-        else:
-            for f in self.fields:
-                if f.fid == key:
-                    return f
-        return None
+        fields = self._fields
+        index = self._index
+        if index is None or index[2] != len(fields):
+            index = self._reindex()
+        by_name = isinstance(key, str)  # else by fid
+        try:
+            i = (index[0] if by_name else index[1]).get(key)
+        except TypeError:  # unhashable: no field has it
+            return None
+        if i is None:
+            return None
+        f = fields[i]
+        if (f[0] if by_name else f[1]) == key:
+            return f
+        # a field was replaced in place: index again (once)
+        index = self._reindex()
+        i = (index[0] if by_name else index[1]).get(key)
+        return None if i is None else fields[i]
 
     def get(self, key: str | int, default: Any = None) -> Any:
         """The value of the first field matching ``key`` (see :meth:`field`), or ``default``."""
         f = self.field(key)
-        return default if f is None else f.value
+        return default if f is None else f[3]
 
     def __getitem__(self, key: str | int) -> Any:
+        # field(), inlined for the common case: a current index and a hit by name
+        index = self._index
+        if index is not None and type(key) is str and index[2] == len(self._fields):
+            i = index[0].get(key)
+            if i is not None:
+                hit = self._fields[i]
+                if hit[0] == key:
+                    return hit[3]
         f = self.field(key)
         if f is None:
             raise KeyError(key)
-        return f.value
+        return f[3]
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str | int) and self.field(key) is not None
 
     def __iter__(self) -> Iterator[Field]:
-        return iter(self.fields)
+        return iter(self._fields)
 
     def __len__(self) -> int:
-        return len(self.fields)
+        return len(self._fields)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Message):
             return NotImplemented
-        return self.fields == other.fields
+        return self._fields == other._fields
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 
@@ -269,6 +336,11 @@ class Message:
             for f in self.fields
         )
         return f"omnm.Message({inner})"
+
+
+#: Message.__init__ as written above: aoz.omnm._backend may install the compiled one
+#: (for a list of ready Fields), which hands every other argument to this one
+PURE_MESSAGE_INIT: Final = Message.__init__
 
 
 def printable(text: str) -> str:
@@ -303,8 +375,11 @@ def _plain(value: Any, plain: bool) -> Any:
 
 
 _FT = FieldType
+_FIELD_TYPES: Final = frozenset({Field})
+_NAME: Final = itemgetter(0)
+_FID: Final = itemgetter(1)
 # Field(...) without NamedTuple's Python-level __new__ (hot in decoding and inference)
-_new_field: Final[Callable[[type[Field], tuple[Any, ...]], Field]] = tuple.__new__
+new_field: Final[Callable[[type[Field], tuple[Any, ...]], Field]] = tuple.__new__
 
 _INT_RANGES: Final = (
     (_FT.U8, 0, 0xFF), (_FT.U16, 0, 0xFFFF), (_FT.U32, 0, _U32_MAX), (_FT.U64, 0, 2**64 - 1),
@@ -394,13 +469,13 @@ def field_from_value(name: str | None, fid: int, value: Any) -> Field:
     """
     tv = type(value)
     if tv is str or tv is float:  # the common cases, without the general dispatch
-        return _new_field(Field, (name, fid, _FT.STRING if tv is str else _FT.F64, value))
+        return new_field(Field, (name, fid, _FT.STRING if tv is str else _FT.F64, value))
     if tv is int:
         if 0 <= value <= 0xFFFF_FFFF:
             t = _FT.U8 if value <= 0xFF else _FT.U16 if value <= 0xFFFF else _FT.U32
         else:
             t = narrowest_int_type(value)
-        return _new_field(Field, (name, fid, t, value))
+        return new_field(Field, (name, fid, t, value))
     if isinstance(value, Typed):
         try:
             t = FieldType(value.type)
@@ -416,25 +491,25 @@ def field_from_value(name: str | None, fid: int, value: Any) -> Field:
 
 def _normalise(t: FieldType, value: Any) -> Any:
     if t is _FT.MSG:
-        return value if isinstance(value, Message) else _as_message(value)
+        return value if isinstance(value, Message) else as_message(value)
     if t is _FT.TIME:
-        return _as_time(value)
+        return as_time(value)
     if t is _FT.PRICE:
-        return _as_price(value)
+        return as_price(value)
     if t is _FT.OPAQUE and isinstance(value, bytearray | memoryview):
         return bytes(value)
     if t.is_vector and isinstance(value, tuple):
         value = list(value)
     if t is _FT.VECTOR_MSG:
-        return [v if isinstance(v, Message) else _as_message(v) for v in value]
+        return [v if isinstance(v, Message) else as_message(v) for v in value]
     if t is _FT.VECTOR_TIME:
-        return [_as_time(v) for v in value]
+        return [as_time(v) for v in value]
     if t is _FT.VECTOR_PRICE:
-        return [_as_price(v) for v in value]
+        return [as_price(v) for v in value]
     return value
 
 
-def _as_message(value: Any) -> Message:
+def as_message(value: Any) -> Message:
     if isinstance(value, Message):
         return value
     if isinstance(value, Mapping):
@@ -448,7 +523,7 @@ def _as_message(value: Any) -> Message:
         ) from None
 
 
-def _as_time(value: Any) -> Time:
+def as_time(value: Any) -> Time:
     if isinstance(value, Time):
         return value
     if isinstance(value, _dt.datetime):
@@ -459,7 +534,7 @@ def _as_time(value: Any) -> Time:
     raise EncodeError(f"a TIME field needs an aware datetime or omnm.Time, not {value!r}")
 
 
-def _as_price(value: Any) -> Price:
+def as_price(value: Any) -> Price:
     if isinstance(value, Price):
         return value
     if isinstance(value, int | float) and not isinstance(value, bool):

@@ -21,15 +21,16 @@ b'A.B\\x00\\x01\\x00\\x00x'
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
-from ..errors import SubjectError
+from ..errors import EncodeError, SubjectError
 from .codecs import Codec, Verbatim, encode_payload
 from .frames import encode_reply, encode_request, publish_header
-from .sequence import FLAG
+from .headers import add_headers, is_aoz_flagged
+from .sequence import FLAG, HEADER_LEN
 from .subjects import is_reserved, subject_bytes
 
-__all__ = ["FrameBuilder"]
+__all__ = ["Entry", "FrameBuilder"]
 
 _CACHE_MAX = 8192
 _U32 = struct.Struct("<I").pack
@@ -38,7 +39,7 @@ _SEQ_WRAP = 0xFFFFFFFF
 _AOZ_CODECS = Codec.TEXT + 1  # payload ids aoz's codecs own; others are never touched
 
 
-class _Entry:
+class Entry:
     """One subject's cached prefixes and its last sequence number."""
 
     __slots__ = ("header", "prefix", "seq")
@@ -61,19 +62,19 @@ class FrameBuilder:
         *,
         publisher: int | None = None,
         cache_max: int = _CACHE_MAX,
-        entry_type: Callable[[bytes, bytes], _Entry] | None = None,
+        entry_type: Callable[[bytes, bytes], Entry] | None = None,
     ) -> None:
         self.default_codec = default_codec
         # the compiled hot path brings an entry type of its own (aoz._speedups.Entry:
         # the same fields, readable from C)
-        self._entry = _Entry if entry_type is None else entry_type
+        self._entry = Entry if entry_type is None else entry_type
         self.cache_max = cache_max
         #: the sequence header's publisher id; None: publications are not sequenced
         self.publisher = publisher
         self._pid = b"" if publisher is None else _U64(publisher)
         self._headers: dict[str, bytes] = {}
         #: subject -> its cached prefixes and sequence number (the compiled Sender reads them)
-        self.entries: dict[str, _Entry] = {}
+        self.entries: dict[str, Entry] = {}
         # the numbers of subjects whose entry the cache let go (never forgotten)
         self._seqs: dict[str, int] = {}
 
@@ -103,8 +104,31 @@ class FrameBuilder:
             self._headers[subject] = h
         return h
 
-    def payload(self, data: object, codec: Codec | None) -> bytes:
-        return encode_payload(data, codec, default=self.default_codec)
+    def payload(self, data: object, codec: Codec | None,
+                headers: Mapping[str, str] | None = None) -> bytes:
+        """A payload (codec byte and body, with a header block when ``headers``)."""
+        body = encode_payload(data, codec, default=self.default_codec)
+        return add_headers(body, headers) if headers else body
+
+    def publish_with(self, subject: str, data: object, codec: Codec | None,
+                     headers: Mapping[str, str]) -> bytes:
+        """A publish frame carrying ``headers`` (numbered as :meth:`publish` numbers);
+        raises EncodeError for a payload that is not aoz's (omnm, Verbatim) without
+        numbering anything."""
+        if type(data) is Verbatim:
+            raise EncodeError("headers ride in aoz's payload header; a Verbatim payload "
+                              "goes out exactly as given, so it cannot carry them")
+        frame = self.publish(subject, data, codec)
+        start = len(self.entries[subject].header)
+        first = frame[start] if len(frame) > start else 0xFF
+        numbered = self.publisher is not None and is_aoz_flagged(first) and bool(first & FLAG)
+        try:
+            return frame[:start] + add_headers(frame[start:], headers,
+                                               HEADER_LEN - 1 if numbered else 0)
+        except BaseException:
+            if numbered:
+                self.rewind(subject)  # not built: the number is reused
+            raise
 
     def publish(self, subject: str, data: object, codec: Codec | None = None) -> bytes:
         """A publish frame; ``bytes`` go raw, ``str`` as text, the rest msgpack/JSON."""

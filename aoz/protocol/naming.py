@@ -33,11 +33,11 @@ True
 
 from __future__ import annotations
 
-import re
 import struct
 from enum import Enum
 from typing import NamedTuple
 
+from ..endpoints import is_oz_endpoint
 from ..errors import DecodeError, EncodeError
 from .frames import is_uuid as is_protocol_uuid
 
@@ -234,9 +234,6 @@ def decode_beacon(data: bytes) -> tuple[NamingFrame, bytes]:
 
 # ---------------------------------------------------------------- validation
 
-_TCP_RE = re.compile(r"tcp://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):([0-9]{1,5})")
-
-
 def is_uuid(text: str) -> bool:
     """Whether ``text`` is a hyphenated 36-character uuid (either case: other OZ
     implementations may write uppercase hex; the rule is :func:`frames.is_uuid`'s).
@@ -248,15 +245,15 @@ def is_uuid(text: str) -> bool:
 
 
 def is_tcp_endpoint(text: str) -> bool:
-    """Whether ``text`` is an endpoint a node may connect to: ``tcp://host:port``.
+    """Whether ``text`` is an endpoint an OZ program may connect to: ``tcp://host:port``.
 
     The host is a name, an IPv4 address or a bracketed IPv6 address (no wildcard),
-    the port a number within 1..65535.
+    the port a number within 1..65535. The rule is :func:`aoz.endpoints.is_oz_endpoint`'s;
+    where naming frames may also carry ``ipc://`` endpoints is said there.
 
     >>> is_tcp_endpoint("tcp://127.0.0.1:5756"), is_tcp_endpoint("ipc:///tmp/x")
     (True, False)
     >>> is_tcp_endpoint("tcp://*:5756"), is_tcp_endpoint("tcp://h:0")
     (False, False)
     """
-    m = _TCP_RE.fullmatch(text)
-    return m is not None and 1 <= int(m.group(2)) <= 65535
+    return is_oz_endpoint(text)

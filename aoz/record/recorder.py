@@ -48,7 +48,7 @@ import anyio.abc
 import msgspec
 
 from .._tasks import TaskOwner
-from ..errors import AozError, ConfigError, WaitTimeout
+from ..errors import AozError, ConfigError, UsageError, WaitTimeout
 from .files import partition_dir, write_atomically
 from .schema import Column, build_tables, columns_for
 
@@ -166,7 +166,7 @@ class Recorder:
     async def start(self) -> None:
         """Subscribe and start the consumer and flusher tasks."""
         if self._owner is not None or self._closed:
-            raise AozError("a recorder can be started once")
+            raise UsageError("a recorder can be started once; create a new Recorder instead")
         self.directory.mkdir(parents=True, exist_ok=True)
         self._flush_wanted = anyio.Event()
         self._room = anyio.Event()

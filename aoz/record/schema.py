@@ -2,24 +2,6 @@
 
 One row per message. Fixed columns, always present:
 
-column          Arrow type                      filled from
-==============  ==============================  =========================================
-``subject``     string                          the message's subject
-``sender``      string, nullable                decoded field ``sender``
-``sequence``    int64, nullable                 decoded field ``sequence`` or ``seq``
-``send_ts``     timestamp[us, UTC], nullable    decoded field ``send_ts``, ``ts`` or ``sent_at``
-``receive_ts``  timestamp[us, UTC]              ``msg.received_at`` (the recorder's clock)
-``codec``       int64                           the payload's codec id (79 omnm, -1 foreign)
-``payload``     binary                          the payload as on the wire, codec byte included
-==============  ==============================  =========================================
-
-aoz's wire frame carries no sender, sequence number or send time, so the recorder takes
-them from the payload when it is a msgpack/JSON map or an omnm message that has them
-(the demo feed's :class:`~aoz.marketdata.Quote`/:class:`~aoz.marketdata.Trade` carry
-``sender``, ``seq`` and ``ts``) and leaves them null otherwise. Numeric send times are
-read as seconds since the epoch (values above 1e11 as milliseconds, 1e14 microseconds,
-1e17 nanoseconds); a msgpack timestamp or datetime is taken as is.
-=======
 ===================  ============================  ================================================
 column               Arrow type                    filled from
 ===================  ============================  ================================================
@@ -32,6 +14,7 @@ column               Arrow type                    filled from
 ``publisher_seq``    int64, nullable               aoz's sequence header: number on the subject
 ``codec``            int64                         the payload's codec id (79 omnm, -1 foreign)
 ``payload``          binary                        the codec byte and the body (no sequence header)
+``omnm_fields``      string, nullable              an omnm payload's every field, as typed JSON
 ===================  ============================  ================================================
 
 An aoz publisher's payloads carry its publisher id and a per-subject sequence number
@@ -53,6 +36,15 @@ field of a name wins; TIME as a timestamp, PRICE as its value), so a Struct that
 describes an OZ feed's fields gives Spark typed columns for it.
 Fields that feed the fixed columns (``sender``, ``seq``...) are not repeated.
 
+So that recording an OpenMAMA feed loses no field, ``omnm_fields`` holds every field of
+an omnm payload, declared in a Struct or not, as the typed JSON of
+:func:`aoz.omnm.to_json`: a list of ``{"name", "fid", "type", "value"}`` in wire order,
+duplicates kept (F32/F64 NaN and infinities as strings, OPAQUE as hex, TIME and PRICE
+as objects). It is null for other codecs and for omnm payloads that do not parse. In
+Spark, ``from_json(omnm_fields, "array<struct<name:string,fid:int,type:string,
+value:string>>")`` gives the fields as rows (``value``: a string's text, the JSON text of
+other values).
+
 Timestamps are microseconds with a UTC zone: Spark cannot read pyarrow's default
 nanosecond timestamps. Files are partitioned by the receive date:
 ``<dir>/date=YYYY-MM-DD/part-*.parquet`` (Spark adds ``date`` as a column).
@@ -68,8 +60,9 @@ from typing import Any, Final, Literal
 import msgspec
 
 from .. import omnm
-from ..errors import DecodeError
-from ..protocol.sequence import FLAG, HEADER_LEN, is_sequenced
+from ..errors import DecodeError, UsageTypeError
+from ..protocol.headers import data_start, is_aoz_flagged
+from ..protocol.sequence import FLAG
 from ..protocol.sequence import PACK as SEQ_PACK
 
 __all__ = [
@@ -102,6 +95,7 @@ FIXED_COLUMNS: Final = (
     Column("publisher_seq", "int"),
     Column("codec", "int"),
     Column("payload", "bytes"),
+    Column("omnm_fields", "string"),
 )
 
 SENDER_FIELDS: Final = ("sender",)
@@ -156,7 +150,10 @@ def columns_for(types: Iterable[type[Any]]) -> tuple[Column, ...]:
     for tp in types:
         info = msgspec.inspect.type_info(tp)
         if not isinstance(info, msgspec.inspect.StructType):
-            raise TypeError(f"{tp!r} is not a msgspec.Struct type")
+            raise UsageTypeError(
+                f"{tp!r} is not a msgspec.Struct type; pass the Struct classes whose fields "
+                "become columns"
+            )
         if info.tag_field is not None and info.tag_field not in out:
             out[info.tag_field] = Column(info.tag_field, "string")
         for field in info.fields:
@@ -202,6 +199,7 @@ def _arrow_type(kind: ColumnKind) -> Any:
 
 
 _MSGPACK: Final = msgspec.msgpack.Decoder()
+_JSON_ENCODER: Final = msgspec.json.Encoder()
 _JSON: Final = msgspec.json.Decoder()
 
 
@@ -392,17 +390,19 @@ def build_tables(
     dec = _decoder(decoded)
     # aoz's sequence header (see above): flagged codec byte, publisher id, sequence
     firsts = [p[0] if p else 0 for p in payloads]
+    # where the body starts: after the flagged first byte, the sequence header and the
+    # header block (aoz.protocol.headers.data_start); 1 for unflagged or cut-short ones
     starts = [
-        HEADER_LEN if is_sequenced(f) and len(p) >= HEADER_LEN else 1
+        max(data_start(p, 0), 1) if is_aoz_flagged(f) else 1
         for f, p in zip(firsts, payloads, strict=True)
     ]
     sequenced = len(starts) - starts.count(1)
     if sequenced:
-        codecs = [f ^ FLAG if s > 1 else f for f, s in zip(firsts, starts, strict=True)]
+        codecs = [f & 3 if s > 1 else f for f, s in zip(firsts, starts, strict=True)]
         bodies = [p[s:] for p, s in zip(payloads, starts, strict=True)]
         heads = [
-            SEQ_PACK.unpack_from(p, 1) if s > 1 else (None, None)
-            for p, s in zip(payloads, starts, strict=True)
+            SEQ_PACK.unpack_from(p, 1) if s > 1 and f & FLAG else (None, None)
+            for p, f, s in zip(payloads, firsts, starts, strict=True)
         ]
         pub_ids, pub_seqs = (list(c) for c in zip(*heads, strict=True))
         hexes: dict[int | None, str | None] = {
@@ -433,14 +433,17 @@ def build_tables(
                 errors += bad
                 for i, v in zip(idx, values, strict=True):
                     fields[i] = v
+    omnm_fields: list[str | None] = [None] * len(rows)
     if 0x4F in codecs:  # OpenMAMA omnm (OZ programs' payloads): fields by name, row by row
         for i, codec in enumerate(codecs):
             if codec == 0x4F:
                 try:
-                    named = omnm.decode(payloads[i]).to_dict(plain=True)
-                    fields[i] = msgspec.convert(named, dec.row)
+                    msg = omnm.decode(payloads[i])
+                    fields[i] = msgspec.convert(msg.to_dict(plain=True), dec.row)
                 except (DecodeError, msgspec.ValidationError):
                     errors += 1
+                    continue
+                omnm_fields[i] = _JSON_ENCODER.encode(omnm.to_json(msg)).decode()
 
     def col(name: str) -> list[Any]:
         return list(map(attrgetter(dec.attr[name]), fields))
@@ -470,6 +473,7 @@ def build_tables(
         "codec": pa.array(codecs if max(codecs) <= 3 else [c if c <= 3 or c == 0x4F else -1
                                                            for c in codecs], type=pa.int64()),
         "payload": pa.array(payloads, type=pa.binary()),
+        "omnm_fields": pa.array(omnm_fields, type=pa.string()),
     }  # fmt: skip
     for c in decoded:
         arrays[c.name] = _column(col(c.name), c.kind)

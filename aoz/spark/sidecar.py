@@ -51,6 +51,7 @@ import msgspec
 import zmq
 import zmq.asyncio
 
+from .._errmap import mapped
 from .._tasks import TaskOwner
 from ..errors import AozError, ConfigError, TransportError, WaitTimeout
 from ..protocol.codecs import AOZ_CODEC_IDS
@@ -210,13 +211,12 @@ class SinkSidecar:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, 1000)
         try:
-            sock.bind(self.bind)
-        except zmq.ZMQError as exc:
+            with mapped(f"the sink sidecar cannot bind {self.bind}"):
+                sock.bind(self.bind)
+        except AozError:
             sock.close()
             ctx.term()
-            raise TransportError(
-                f"sink sidecar cannot bind {self.bind}: {exc} (another sidecar on this port?)"
-            ) from exc
+            raise
         self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._ctx, self._sock = ctx, sock
 
@@ -293,18 +293,17 @@ def probe_sidecar(endpoint: str = DEFAULT_SIDECAR, timeout: float = 2.0) -> Side
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:
-        sock.connect(endpoint)
-        token = _U64.pack(time.monotonic_ns())
-        sock.send_multipart([HEALTH, token])
-        deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
-            if not sock.poll(int(left * 1000) + 1):
-                break
-            parts = sock.recv_multipart()
-            if len(parts) == 3 and parts[0] == HEALTH and parts[1] == token:
-                return msgspec.msgpack.decode(parts[2], type=SidecarStatistics)
-    except zmq.ZMQError as exc:
-        raise TransportError(f"cannot reach the aoz sink sidecar at {endpoint}: {exc}") from exc
+        with mapped(f"cannot reach the aoz sink sidecar at {endpoint}"):
+            sock.connect(endpoint)
+            token = _U64.pack(time.monotonic_ns())
+            sock.send_multipart([HEALTH, token])
+            deadline = time.monotonic() + timeout
+            while (left := deadline - time.monotonic()) > 0:
+                if not sock.poll(int(left * 1000) + 1):
+                    break
+                parts = sock.recv_multipart()
+                if len(parts) == 3 and parts[0] == HEALTH and parts[1] == token:
+                    return msgspec.msgpack.decode(parts[2], type=SidecarStatistics)
     finally:
         sock.close(linger=0)
         ctx.term()

@@ -78,6 +78,7 @@ from typing import Any, Final, Literal
 import msgspec
 import zmq
 
+from .._errmap import mapped
 from .._extras import missing_extra
 
 try:
@@ -162,12 +163,11 @@ class _SidecarClient:
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.SNDTIMEO, int(timeout * 1000))
         try:
-            self._sock.connect(endpoint)
-        except zmq.ZMQError as exc:
+            with mapped(f"cannot connect to the aoz sink sidecar {endpoint}"):
+                self._sock.connect(endpoint)
+        except AozError:
             self.close()
-            raise TransportError(f"cannot connect to the aoz sink sidecar {endpoint}: {exc}") from (
-                exc
-            )
+            raise
 
     def send(self, chunk: list[bytes], rows: int) -> None:
         """Hand a chunk (:func:`~aoz.spark.sidecar.encode_chunk`) of ``rows`` rows over;

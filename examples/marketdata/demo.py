@@ -20,8 +20,9 @@ Options: ``--duration`` (seconds of live feed after Spark is up, default 30),
 ``--symbols`` (how many, default 24), ``--out`` (default ``demo-output``), ``--rate``
 (events per second, default 2000), ``--master`` (Spark master, default ``local[2]``).
 Exit status 0 when bars came back and the chart was written; 1 with a hint when no bar
-arrived for the live feed (by 20 s after it stopped: the first micro-batch of a cold
-JVM can take longer than the whole live phase on a busy machine).
+arrived for the live feed (by ``--last-bar-wait`` seconds, default 20, after it stopped:
+the first micro-batch of a cold JVM can take longer than the whole live phase on a busy
+machine).
 """
 
 from __future__ import annotations
@@ -77,6 +78,13 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--rate", type=float, default=2000.0, help="feed events per second")
     p.add_argument("--master", default="local[2]", help="Spark master URL (default local[2])")
+    p.add_argument(
+        "--last-bar-wait",
+        type=float,
+        default=20.0,
+        help="once the feed stopped, wait up to this many seconds for its last bars "
+        "(default 20)",
+    )
     p.add_argument(
         "--spark-timeout",
         type=float,
@@ -527,7 +535,7 @@ async def _run(args: argparse.Namespace) -> int:
             await rec.flush()
             if query is not None:
                 dash.note("feed stopped; waiting for the last bars", echo)
-                with anyio.move_on_after(20):
+                with anyio.move_on_after(args.last_bar_wait):
                     await dash.wait_for_bar_ending_after(last_send - 2.0)
                 live_bars = len(dash.bars)  # bars of the live feed, up to its last window
         # ---- shutdown, also after Ctrl-C: Spark first, then the mesh (exit stack) ----
@@ -551,8 +559,8 @@ async def _run(args: argparse.Namespace) -> int:
         and not any(n.startswith("interrupted") for n in dash.notes)
     ):
         say(
-            f"[red]no bar arrived for the {args.duration:g} s of live feed[/] (nor in the 20 s "
-            "after it): Spark's "
+            f"[red]no bar arrived for the {args.duration:g} s of live feed[/] (nor in the "
+            f"{args.last_bar_wait:g} s after it): Spark's "
             "micro-batches did not keep up (a busy machine, or a cluster whose executors "
             "cannot reach the sidecar). Try a longer --duration (e.g. 60) or a lower --rate, "
             "and see README 'Running on a Spark cluster'."

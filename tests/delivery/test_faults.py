@@ -14,7 +14,7 @@ import pytest
 
 import aoz
 
-from ..discovery.helpers import free_port
+from ..ports import free_port
 from .harness import ROOT, role
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]

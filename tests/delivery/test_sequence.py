@@ -175,13 +175,13 @@ async def test_a_foreign_payload_outside_the_sequenced_range_is_not_taken_for_on
     static_pair: tuple[aoz.Node, aoz.Node],
 ) -> None:
     """A payload that is not aoz's (Verbatim, another program's bytes) may start with a
-    byte of 0x08..0xff (0x04..0x07 are aoz's sequenced codecs; 0x80..0x83 were before the
-    OZ-safe rule): with 12 bytes after it, it must not be read as a sequence header, or
-    random 'numbers' would count as lost."""
+    byte of 0x10..0xff (0x04..0x0F are aoz's flagged codecs: sequence header, headers;
+    0x80..0x83 were before the OZ-safe rule): with 12 bytes after it, it must not be read
+    as a sequence header, or random 'numbers' would count as lost."""
     a, b = static_pair
     async with b.subscribe("FOREIGN") as sub:
         await a.wait_for_interest("FOREIGN")
-        firsts = [*range(0x08, 0x20), *range(0x80, 0x84), 0x84, 0xC4, 0xFF]
+        firsts = [*range(0x10, 0x20), *range(0x80, 0x84), 0x84, 0xC4, 0xFF]
         bodies = [bytes([firsts[i % len(firsts)]]) + struct.pack("<QI", 1000, 7 * i) + b"zz"
                   for i in range(50)]
         for body in bodies:

@@ -1,10 +1,9 @@
-"""Helpers for discovery tests: free ports, nsd subprocesses, a raw OZ-style peer."""
+"""Helpers for discovery tests: nsd subprocesses, a raw OZ-style peer."""
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -18,19 +17,6 @@ import zmq
 import zmq.asyncio
 
 PY = sys.executable
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
 
 
 async def readline(stream: IO[str], timeout: float = 15.0) -> str:

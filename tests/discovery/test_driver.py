@@ -15,7 +15,7 @@ from aoz.discovery.nsd import NamingDaemon
 from aoz.discovery.peers import PeerEvent
 from aoz.errors import NamingTimeout
 
-from .helpers import free_port
+from ..ports import free_port
 
 
 class FakeLinks:

@@ -14,10 +14,10 @@ import aoz
 from aoz.discovery.nsd import NamingDaemon
 from aoz.protocol.sequence import HEADER_LEN, parse_header
 
+from ..ports import free_port
 from .helpers import (
     RawPeer,
     child,
-    free_port,
     kill,
     naming_frame,
     nsd_process,

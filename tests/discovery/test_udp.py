@@ -14,7 +14,7 @@ from aoz.discovery.udp import decode_datagram
 from aoz.errors import DecodeError
 from aoz.protocol.naming import NamingFrame, NamingType, encode_beacon
 
-from .helpers import free_udp_port
+from ..ports import free_udp_port
 
 FAST: dict[str, Any] = {"beacon_interval": 0.2, "connect_interval": 0.05, "connect_retries": 100}
 

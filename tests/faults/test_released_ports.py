@@ -27,8 +27,8 @@ import aoz
 from aoz.discovery.nsd import NamingDaemon
 
 from ..delivery.harness import role
-from ..discovery.helpers import free_port
 from ..hostile.helpers import eventually
+from ..ports import free_port
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 

@@ -23,7 +23,7 @@ import aoz
 from aoz.discovery.nsd import NamingDaemon
 from aoz.protocol.naming import NamingType
 
-from ..discovery.helpers import free_port
+from ..ports import free_port
 from .helpers import eventually, forged, naming_attacker
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]

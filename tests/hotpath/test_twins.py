@@ -27,6 +27,7 @@ from aoz.errors import EncodeError, SubjectError, WouldBlock
 from aoz.protocol.builder import FrameBuilder
 from aoz.protocol.codecs import Codec, Verbatim
 from aoz.protocol.frames import encode_publish, encode_reply, make_handle
+from aoz.protocol.headers import encode_block
 from aoz.protocol.sequence import encode_header
 from aoz.protocol.subjects import compile_pattern
 from aoz.receive import Receiver
@@ -148,7 +149,7 @@ def frames(draw: st.DrawFn) -> bytes:
     subject = draw(st.sampled_from(SUBJECTS))
     body = draw(st.binary(max_size=20))
     kind = draw(st.sampled_from(["seq", "seq", "seq", "plain", "request", "request",
-                                 "reply", "junk", "short"]))
+                                 "reply", "junk", "short", "headers"]))
     if kind == "seq":
         pid = draw(st.sampled_from([1, 2, 2**64 - 1]))
         seq = draw(st.integers(0, 2**32 - 1) | st.integers(1, 12))
@@ -169,6 +170,14 @@ def frames(draw: st.DrawFn) -> bytes:
             draw(st.sampled_from([b"\0", b"\x01"])) + body
     if kind == "short":  # a sequence flag without a whole header
         return subject + b"\0\x01\0\x04" + body[:11]
+    if kind == "headers":  # a header block, with or without a sequence header, maybe cut
+        seq = draw(st.sampled_from([b"", encode_header(1, 5, draw(st.integers(1, 9)))[1:]]))
+        first = 0x09 | (0x04 if seq else 0)
+        block = encode_block(draw(st.dictionaries(st.text(max_size=4), st.text(max_size=4),
+                                                  max_size=2)))
+        cut = draw(st.sampled_from([None, None, 1, 3]))
+        payload = bytes((first,)) + seq + block + body
+        return publish(subject, payload if cut is None else payload[:cut])
     return draw(st.binary(max_size=40))
 
 

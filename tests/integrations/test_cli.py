@@ -6,7 +6,6 @@ import asyncio
 import base64
 import json
 import signal
-import socket
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -18,6 +17,7 @@ import aoz.__main__
 import aoz.cli
 from aoz.pytest_plugin import NodeFactory
 
+from ..ports import free_port
 from .conftest import AOZ, STEP, Proc, Spawn, clean_env
 
 Cli = Callable[..., Awaitable[Proc]]
@@ -54,7 +54,8 @@ async def test_sub_json_shows_text_and_base64(aoz_cli: Cli, aoz_node: aoz.Node) 
     assert (
         list(first)
         == list(second)
-        == ["subject", "kind", "codec", "reply", "received_at", "size", "encoding", "data"]
+        == ["subject", "kind", "codec", "reply", "headers", "received_at", "size", "encoding",
+            "data"]
     )
 
 
@@ -183,14 +184,8 @@ async def test_peers_min_not_reached_exits_1(aoz_cli: Cli) -> None:
     assert "expected 1" in err
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_static_mode_without_nsd(spawn: Spawn) -> None:
-    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
     env = clean_env(AOZ_NAMING="tcp://127.0.0.1:1")  # must not be used in static mode
     sub = await spawn(
         [str(AOZ), "sub", "ST.x", "--count", "1", "--static-connect", endpoint], env=env

@@ -34,7 +34,8 @@ async def test_version_and_log_level_anywhere(spawn: Spawn) -> None:
     version = await spawn([str(AOZ), "--version"])
     rc, out, err = await version.finish()
     assert rc == 0, err
-    assert out.strip() == f"aoz {aoz.__version__} (hot path: {aoz.hot_path()})"
+    assert out.strip() == (f"aoz {aoz.__version__} (hot path: {aoz.hot_path()}, "
+                           f"omnm codec: {aoz.omnm.implementation()})")
     for argv in (["--log-level", "loud", "sub", "X"], ["sub", "X", "--log-level=loud"]):
         bad = await spawn([str(AOZ), *argv])
         rc, out, err = await bad.finish()
@@ -337,3 +338,27 @@ def test_demo_is_listed_only_in_a_clone(tmp_path: Path) -> None:
     gone = subprocess.run([sys.executable, "-m", "aoz", "demo"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
     assert gone.returncode == 2 and "git clone" in gone.stderr
+
+
+async def test_pub_header_option_and_sub_shows_headers(aoz_cli: Cli, aoz_node: aoz.Node) -> None:
+    """Issue #25 item 5: `aoz pub -H` was "No such option"; `aoz sub` shows headers as
+    natscli does, and --json carries them."""
+    sub = await aoz_cli("sub", "HDR.x", "--count", "1")
+    await sub.wait_stderr("Listening on")
+    js = await aoz_cli("sub", "HDR.x", "--count", "1", "--json")
+    await js.wait_stderr("Listening on")
+    async with aoz_node.subscribe("HDR.x") as received:
+        pub = await aoz_cli("pub", "HDR.x", "hello", "-H", "trace:abc", "-H", "k: v")
+        rc, _, err = await pub.finish()
+        assert rc == 0, err
+        msg = await received.next(timeout=STEP)
+    assert msg.headers == {"trace": "abc", "k": "v"} and msg.data == b"hello"
+    rc, out, err = await sub.finish()
+    assert rc == 0, err
+    assert "trace: abc\nk: v\nhello" in out, out
+    rc, out, err = await js.finish()
+    assert rc == 0, err
+    assert json.loads(out)["headers"] == {"trace": "abc", "k": "v"}
+    bad = await aoz_cli("pub", "HDR.x", "x", "-H", "novalue")
+    rc, _, err = await bad.finish()
+    assert rc == 2 and "KEY:VALUE" in err

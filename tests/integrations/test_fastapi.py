@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,6 +21,7 @@ import aoz
 from aoz.fastapi import EXCEPTION_HANDLERS, NodeDep, app_node, install_exception_handlers, lifespan
 from aoz.pytest_plugin import NodeFactory
 
+from ..ports import free_port
 from .conftest import STEP, Spawn, clean_env
 
 
@@ -30,18 +30,12 @@ class Quote(msgspec.Struct):
     bid: float
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 async def app_url(spawn: Spawn, aoz_nsd: aoz.NamingDaemon) -> AsyncIterator[str]:
     """examples/fastapi_app.py under uvicorn, its node joined to the test's nsd."""
     env = clean_env(AOZ_NAMING=aoz_nsd.endpoint)
     for _ in range(5):  # the free port may be taken by someone else before uvicorn binds it
-        port = _free_port()
+        port = free_port()
         server = await spawn(
             [sys.executable, "-m", "uvicorn", "examples.fastapi_app:app",
              "--host", "127.0.0.1", "--port", str(port)],
@@ -126,6 +120,15 @@ async def test_http_endpoint_with_a_failing_service_is_502_without_its_error(
     assert "secret" not in response.text
     assert any(r.name == "aoz.services" and r.exc_info and "feed down" in str(r.exc_info[1])
                for r in caplog.records)
+
+
+async def test_the_fastapi_app_serves_its_document(app_url: str) -> None:
+    async with httpx.AsyncClient(timeout=STEP) as http:
+        response = await http.get(f"http://{app_url}/asyncapi.json")
+    assert response.status_code == 200, response.text
+    doc = response.json()
+    assert doc["asyncapi"] == "3.0.0" and doc["info"]["title"] == "aoz example"
+    assert set(doc) >= {"channels", "operations", "components"}
 
 
 async def test_websocket_relays_market_data_and_stops_on_disconnect(

@@ -67,17 +67,24 @@ def test_the_version_comes_from_the_package_metadata() -> None:
     )
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(180)
-def test_the_wheel_carries_the_license(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel pip builds from this checkout (once for the module's tests)."""
     pytest.importorskip("setuptools", reason="the build backend is not installed")
+    out = tmp_path_factory.mktemp("wheel")
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "-w", str(tmp_path), str(REPO)],
+         "-w", str(out), str(REPO)],
         capture_output=True, text=True, timeout=170,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    (wheel,) = tmp_path.glob("aoz-*.whl")
+    (built,) = out.glob("aoz-*.whl")
+    return built
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_the_wheel_carries_the_license(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         licenses = [n for n in names if n.endswith("LICENSE") and ".dist-info/" in n]
@@ -86,8 +93,10 @@ def test_the_wheel_carries_the_license(tmp_path: Path) -> None:
         meta = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "License-Expression: MIT" in meta
     assert "aoz/py.typed" in names and "aoz/_speedups.pyi" in names
-    if shutil.which("cc") or shutil.which("gcc"):  # the compiled hot path is in the wheel
+    assert "aoz/omnm/_fast.pyi" in names
+    if shutil.which("cc") or shutil.which("gcc"):  # the compiled twins are in the wheel
         assert any(n.startswith("aoz/_speedups.") and n.endswith(".so") for n in names), names
+        assert any(n.startswith("aoz/omnm/_fast.") and n.endswith(".so") for n in names), names
     assert not any(n.endswith((".c", ".pyx")) for n in names), names
     assert (REPO / "LICENSE").read_text().startswith("MIT License")
 
@@ -118,20 +127,15 @@ def test_aoz_version_needs_no_cli_extra() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_the_repaired_manylinux_wheel_imports_the_compiled_path(tmp_path: Path) -> None:
+def test_the_repaired_manylinux_wheel_imports_the_compiled_path(
+    wheel: Path, tmp_path: Path
+) -> None:
     """Issue #25 item 6: the wheel was tagged linux_x86_64, which an index refuses.
     auditwheel repairs it to a manylinux tag, and that wheel's compiled hot path loads."""
     pytest.importorskip("auditwheel", reason="auditwheel is not installed")
     if not (shutil.which("cc") or shutil.which("gcc")):
         pytest.skip("no C compiler: the wheel has no compiled hot path to repair")
-    raw, fixed = tmp_path / "raw", tmp_path / "fixed"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "-w", str(raw), str(REPO)],
-        capture_output=True, text=True, timeout=170,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    (wheel,) = raw.glob("aoz-*.whl")
+    fixed = tmp_path / "fixed"
     bindir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
     proc = subprocess.run([sys.executable, "-m", "auditwheel", "repair", "-w", str(fixed),
@@ -142,12 +146,13 @@ def test_the_repaired_manylinux_wheel_imports_the_compiled_path(tmp_path: Path) 
     site = tmp_path / "site"
     with zipfile.ZipFile(repaired) as zf:
         zf.extractall(site)
-    code = ("import aoz, aoz._speedups as s; "
-            "print(aoz.hot_path(), s.__file__)")
+    code = ("import aoz, aoz._speedups as s, aoz.omnm._fast as f; "
+            "print(aoz.hot_path(), s.__file__, aoz.omnm.implementation(), f.__file__)")
     env = {k: v for k, v in os.environ.items() if k != "AOZ_PURE_PYTHON"}
     env["PYTHONPATH"] = str(site)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    path, loaded = proc.stdout.split()
+    path, loaded, codec, codec_loaded = proc.stdout.split()
     assert path == "compiled" and loaded.startswith(str(site)), proc.stdout
+    assert codec == "compiled" and codec_loaded.startswith(str(site)), proc.stdout

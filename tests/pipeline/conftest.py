@@ -1,5 +1,7 @@
-"""Pipeline fixtures: ONE session-scoped SparkSession (2 cores, 1 shuffle partition) and a
-small recording made by the real Recorder, shared by the Spark tests."""
+"""Pipeline fixtures, each made once per pytest process (`make test` runs every test that
+uses Spark in one process, see tests/conftest.py): ONE SparkSession (2 cores, 1 shuffle
+partition), ONE standalone Spark cluster (a master and a worker), and a small recording
+made by the real Recorder."""
 
 from __future__ import annotations
 
@@ -33,6 +35,22 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[str, dict[str, str]]]:
+    """A standalone cluster (see cluster.py): its master URL and the environment for
+    driver subprocesses. Drivers are applications of their own: tests may share it."""
+    pytest.importorskip("pyspark")
+    if not _java_available():
+        pytest.skip("a Spark cluster needs Java")
+    from .cluster import cluster_env, standalone_cluster
+
+    workdir = tmp_path_factory.mktemp("cluster")
+    with standalone_cluster(workdir) as url:
+        yield url, cluster_env(workdir)
 
 
 async def record_sample(directory: Path, events: int = SAMPLE_EVENTS) -> int:

@@ -22,8 +22,6 @@ import zmq.asyncio
 from aoz.spark.delivery import CommitNotice, Deduplicator, envelope_of
 from aoz.spark.sidecar import SinkSidecar
 
-from .cluster import cluster_env, java_available, standalone_cluster
-
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 JOB = Path(__file__).with_name("cluster_job.py")
@@ -33,16 +31,9 @@ FAULT_AFTER = 600  # rows the sink takes from the faulty attempt before its faul
 # ... of which the sink published at least this many (it asks for more rows only with
 # fewer than 4 of its 100-row chunks unacknowledged)
 PUBLISHED = FAULT_AFTER - 300
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str]]]:
-    pytest.importorskip("pyspark")
-    if not java_available():
-        pytest.skip("a Spark cluster needs Java")
-    workdir = tmp_path_factory.mktemp("cluster")
-    with standalone_cluster(workdir) as url:
-        yield url, cluster_env(workdir)
+# Bounds for a hang, not speeds: a driver run took 30-60 s alone, and over 150 s at load
+# 10-14 (make test runs the rest of the suite beside it; other jobs share the machine).
+DRIVER_BOUND = 300
 
 
 def write_source(directory: Path, start: int, count: int) -> None:
@@ -57,8 +48,9 @@ def write_source(directory: Path, start: int, count: int) -> None:
 
 def run_driver(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(JOB), *args], env=env, capture_output=True, text=True, timeout=150
-    )
+        [sys.executable, str(JOB), *args],
+        env=env, capture_output=True, text=True, timeout=DRIVER_BOUND,
+    )  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -120,9 +112,9 @@ class Collector:
 # A master, a worker, and per driver run a driver and an executor JVM: measured 59-80 s
 # on a 2-core machine shared with other jobs (load average 2-4), 92-145 s at load 5-9;
 # the limit leaves room.
-@pytest.mark.timeout(300)
-async def test_exactly_once_on_a_standalone_cluster(cluster, tmp_path, aoz_node_factory):
-    url, env = cluster
+@pytest.mark.timeout(3 * DRIVER_BOUND)
+async def test_exactly_once_on_a_standalone_cluster(spark_cluster, tmp_path, aoz_node_factory):
+    url, env = spark_cluster
     source, checkpoint = tmp_path / "src", tmp_path / "ck"
     crashed = tmp_path / "crashed"
     write_source(source, 0, ROWS)
@@ -196,7 +188,7 @@ async def test_exactly_once_on_a_standalone_cluster(cluster, tmp_path, aoz_node_
                         "--fault-partition", "1", "--fault-batch", "1",
                         "--fault-after", str(FAULT_AFTER),
                     )  # fmt: skip
-                    writer = await hears(control, b"held", timeout=90)
+                    writer = await hears(control, b"held", timeout=DRIVER_BOUND)
                     await col.wait(
                         lambda: sum(r["_aoz"][1:3] == [1, 1] for r in col.raw) >= PUBLISHED
                     )

@@ -22,8 +22,10 @@ def test_short_demo_runs_end_to_end(tmp_path):
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "COLUMNS": "60"}  # narrow: plain lines must still not wrap
     proc = subprocess.run(
+        # --last-bar-wait: a bound, not a speed; the demo stops waiting when the bars came
+        # (the first micro-batch took over 35 s beside the rest of the suite at load 10)
         [sys.executable, "-m", "examples.marketdata", "--duration", "15", "--symbols", "6",
-         "--rate", "500", "--out", str(out)],
+         "--rate", "500", "--last-bar-wait", "120", "--out", str(out)],
         capture_output=True, text=True, timeout=360, env=env, cwd=root,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -21,6 +21,8 @@ from aoz.errors import TransportError, WaitTimeout
 from aoz.record import Recorder
 from aoz.spark.sidecar import SinkSidecar, encode_chunk, probe_sidecar
 
+from ..ports import free_endpoint
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -165,11 +167,7 @@ async def test_sidecar_and_recorder_open_in_one_task_and_close_in_another(
 
 
 def test_aoz_sidecar_command_ready_line_probe_and_sigterm(tmp_path):
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        endpoint = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    endpoint = free_endpoint()
     path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "PYTHONPATH": path}
     cmd = [sys.executable, "-m", "aoz", "sidecar", "--bind", endpoint,

@@ -4,7 +4,6 @@ Deduplicator once, a replayed batch does not; batch writes; failures reported fa
 from __future__ import annotations
 
 import datetime as dt
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,8 @@ from aoz.spark import activate, jobs
 from aoz.spark.delivery import Deduplicator, envelope_of
 from aoz.spark.sidecar import SinkSidecar
 from examples.marketdata import Bar, Quote, Trade
+
+from ..ports import free_endpoint
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -136,12 +137,6 @@ async def test_batch_write_with_json_codec(spark, tmp_path, aoz_node_factory):
     assert notice is not None and notice.rows == 25 and notice.batch_id == 0
     assert notice.query_id.startswith("batch-")
     assert {envelope_of(v).query_id for v in values} == {notice.query_id}
-
-
-def free_endpoint() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
 def test_a_missing_sidecar_fails_the_write_with_a_hint(spark) -> None:
