@@ -30,6 +30,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 import aoz
 
@@ -39,6 +40,11 @@ from .leaks import leak_check, no_leaked_sockets_or_fds
 __all__ = ["leak_check", "no_leaked_sockets_or_fds"]
 
 TESTS = Path(__file__).resolve().parent
+
+# Hypothesis's per-example deadline (200 ms) is a speed limit: tests check behaviour, and
+# beside the parallel suite on a loaded machine one example took 277 ms (make test).
+settings.register_profile("aoz", deadline=None)
+settings.load_profile("aoz")
 
 #: the directories whose tests all exercise the data plane's hot path (see above)
 TWIN_DIRS = frozenset({"hotpath", "node", "delivery", "queues"})
