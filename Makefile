@@ -11,10 +11,10 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-# The compiled hot path (aoz/_speedups.pyx): pip's editable install builds it (and warns,
-# and goes on, where it cannot); this rebuilds it in place when its source has changed
-# (a no-op when it is current).
-$(BIN)/.speedups: $(BIN)/.installed aoz/_speedups.pyx setup.py
+# The compiled modules (aoz/_speedups.pyx, aoz/omnm/_fast.pyx): pip's editable install
+# builds them (and warns, and goes on, where it cannot); this rebuilds them in place when
+# their source has changed (a no-op when they are current).
+$(BIN)/.speedups: $(BIN)/.installed aoz/_speedups.pyx aoz/omnm/_fast.pyx setup.py
 	$(BIN)/python setup.py -q build_ext --inplace
 	rm -rf build
 	touch $@
@@ -38,9 +38,10 @@ lint: $(BIN)/.installed
 #   tests/ports.py (a slice per worker), so workers never share one.
 # The compiled hot path (what users get where it builds) runs the whole suite; the
 # pure-Python twin (AOZ_PURE_PYTHON=1) runs the tests marked `twin`: those under
-# tests/{hotpath,node,delivery,queues}/ (and modules that opt in with that mark), which run
-# a node's data plane in-process. The twin replaces only the data plane's drain, sender
-# and publish entries (aoz/_hotpath.py vs aoz/_speedups.pyx); everything else
+# tests/{hotpath,node,delivery,queues,faults,omnm}/ (and modules that opt in with that
+# mark), which run a node's data plane in-process or the omnm codec. The twins replace
+# only the data plane's drain, sender and publish entries (aoz/_hotpath.py vs
+# aoz/_speedups.pyx) and omnm's codec (aoz/omnm/_codec.py vs _fast.pyx); everything else
 # (protocol/, message, subscription, discovery, the CLI, Spark) is one Python source on
 # both paths, so the rest of the suite would only run the same code twice.
 # tests/hotpath/test_twins.py also compares the two twins directly in every run.
@@ -77,4 +78,5 @@ wheel: $(BIN)/.installed
 	rm -rf build dist/raw
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache aoz/_speedups.c aoz/_speedups.*.so
+	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache aoz/_speedups.c aoz/_speedups.*.so \
+		aoz/omnm/_fast.c aoz/omnm/_fast.*.so

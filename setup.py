@@ -1,6 +1,7 @@
-"""Builds aoz's optional compiled hot path (aoz/_speedups.pyx); everything else is in
-pyproject.toml. Where the extension cannot be built (no C compiler, no Cython), the
-build goes on without it and aoz runs its pure-Python hot path, which behaves the same.
+"""Builds aoz's optional compiled modules: the data plane's hot path (aoz/_speedups.pyx)
+and the omnm codec (aoz/omnm/_fast.pyx); everything else is in pyproject.toml. Where
+one cannot be built (no C compiler, no Cython), the build goes on without it and aoz
+runs its pure-Python twin, which behaves the same. Each is built (or not) on its own.
 """
 
 from __future__ import annotations
@@ -30,10 +31,14 @@ class OptionalBuildExt(build_ext):
 
 def _warn(exc: BaseException) -> None:
     print(
-        f"WARNING: aoz's compiled hot path was not built ({exc}); aoz will use its "
-        "pure-Python hot path, which behaves the same, only slower",
+        f"WARNING: an aoz compiled module was not built ({exc}); aoz will use its "
+        "pure-Python twin, which behaves the same, only slower",
         file=sys.stderr,
     )
+
+
+#: (module, source) of each compiled twin
+EXTENSIONS = (("aoz._speedups", "aoz/_speedups.pyx"), ("aoz.omnm._fast", "aoz/omnm/_fast.pyx"))
 
 
 def _extensions() -> list[Extension]:
@@ -44,15 +49,16 @@ def _extensions() -> list[Extension]:
     except ImportError as exc:
         _warn(exc)
         return []
-    try:
-        return cythonize(
-            [Extension("aoz._speedups", ["aoz/_speedups.pyx"], extra_compile_args=["-g0"])],
-            compiler_directives={"language_level": "3"},
-            quiet=True,
-        )
-    except Exception as exc:  # a Cython error means "no extension"
-        _warn(exc)
-        return []
-
+    out: list[Extension] = []
+    for name, source in EXTENSIONS:
+        try:  # one by one: a Cython error in one module leaves the other built
+            out += cythonize(
+                [Extension(name, [source], extra_compile_args=["-g0"])],
+                compiler_directives={"language_level": "3"},
+                quiet=True,
+            )
+        except Exception as exc:  # a Cython error means "no extension"
+            _warn(exc)
+    return out
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})

@@ -49,7 +49,6 @@ from .interest import InterestSet
 from .message import Responder
 from .peerlinks import PeerLinkTable
 from .protocol.builder import FrameBuilder
-from .protocol.frames import INBOX_PREFIX
 from .receive import Receiver
 from .routing import RoutingTable
 from .security import DataCurve
@@ -74,10 +73,12 @@ class DataPlane:
         responder: Responder,
         inbox_filter: bytes,
         builder: FrameBuilder,
+        uuid: str,
     ) -> None:
         self.settings = settings
         self._interest = interest
         self._inbox_filter = inbox_filter
+        self._uuid = uuid  # names an ipc endpoint (aoz.endpoints.bind_endpoint)
         #: set whenever the interest set changes (wait_for_interest waits on it)
         self.interest_changed = asyncio.Event()
         #: called when the interest set changes (liveness: a peer's inbox filter came or
@@ -132,7 +133,7 @@ class DataPlane:
         self.receive.kick = self.links.kick = kick
         if s.mode in ("naming", "udp"):
             # the transport seam: tcp on publish_address, or ipc (aoz.endpoints)
-            self._bind(bind_endpoint(s, self._inbox_filter[len(INBOX_PREFIX):].decode()))
+            self._bind(bind_endpoint(s, self._uuid))
         elif s.mode == "static":
             for ep in s.bind:
                 self._bind(ep)
@@ -187,7 +188,9 @@ class DataPlane:
     async def run(self, tg: anyio.abc.TaskGroup) -> None:
         """Start one reader task per socket in ``tg`` (the node's group)."""
         assert self._sub is not None and self._pub is not None
-        tg.start_soon(self._reader, self._sub, self.receive.drain, None, name="aoz-recv")
+        # the SUB too gets a safety re-run (1 s): a missed fd edge must never stall the
+        # receive path for good (a benchmark round once went silent under heavy load)
+        tg.start_soon(self._reader, self._sub, self.receive.drain, 1.0, name="aoz-recv")
         tg.start_soon(self._reader, self._pub, self._drain_interest, 0.1, name="aoz-xpub")
         if self._mon is not None:
             tg.start_soon(self._reader, self._mon, self.links.drain_monitor, 1.0,

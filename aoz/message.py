@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeVar, overload
 
 import msgspec
 
-from .errors import AozError, ClosedError
+from .errors import AozError, ClosedError, UsageError
 from .protocol.codecs import AOZ_CODEC_IDS, Codec, decode_payload, split_payload
 from .protocol.frames import Kind
 from .protocol.headers import data_start, parse_headers
@@ -193,12 +193,13 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False, gc=False):
         ...     await req.respond({"now": time.time()})
         """
         if self.reply is None:
-            raise AozError(
+            raise UsageError(
                 f"message on {self.subject!r} is a {self.kind.name.lower()}, not a request: "
                 "only requests (node.request / request_many) can be answered"
             )
         if self._node is None:
-            raise AozError("this message is not attached to a node, so it cannot be answered")
+            raise UsageError("this message is not attached to a node, so it cannot be "
+                             "answered")
         await self._node.respond_to(self.reply, data, codec)
 
     def __repr__(self) -> str:

@@ -98,6 +98,9 @@ class NodeStatistics(msgspec.Struct, frozen=True, kw_only=True):
     subscriptions: list[SubscriptionStatistics]
     discovery: dict[str, int]
     hot_path: str  #: "compiled" or "python": which data-plane hot path runs (aoz.hot_path())
+    #: sequenced streams whose count restarted (seen again after the tracker evicted
+    #: them at its bound, or renumbered by their publisher): their gap is unknown
+    streams_restarted: int = 0
 
 
 class Node:
@@ -139,7 +142,7 @@ class Node:
         )
         self._plane = DataPlane(
             s, self._routes, self._interest, self._requests.on_reply, responder,
-            self._requests.inbox_filter, self._frames,
+            self._requests.inbox_filter, self._frames, self.uuid,
         )
         self._send = self._plane.send  # every publish goes through here (aoz.send)
         self._driver: Driver | None = None
@@ -458,8 +461,8 @@ class Node:
 
     def _unsubscribe(self, sub: Subscription) -> None:
         self._routes.remove(sub.pattern, sub)
-        self._plane.receive.forget_streams()
         if not self._closed:
+            self._plane.receive.forget_streams(sub.pattern)
             self._plane.remove_filter(sub.pattern.zmq_prefix)
 
     # ------------------------------------------------------------------ interest
@@ -687,6 +690,7 @@ class Node:
                                  key=lambda s: s.pattern),
             discovery=disc,
             hot_path=HOT_PATH,
+            streams_restarted=rx.sequences.restarted,
         )
 
     def __repr__(self) -> str:

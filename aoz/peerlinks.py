@@ -25,7 +25,7 @@ from zmq.utils.monitor import parse_monitor_message
 from ._errmap import drain_error, mapped, tolerated
 from .config import Settings
 from .errors import TransportError
-from .sockopts import HandshakeGuard
+from .sockopts import HandshakeGuard, finish_disconnects
 
 __all__ = ["DISCONNECT_GRACE", "PeerLinkTable"]
 
@@ -33,6 +33,8 @@ log = logging.getLogger("aoz.node")
 
 DISCONNECT_GRACE = 0.5  # seconds a departed peer's data link may still drain
 _BATCH = 1024  # monitor events read per wake-up
+# what pyzmq's parse_monitor_message raises for an event it cannot read
+_MALFORMED = (ValueError, KeyError, IndexError, UnicodeDecodeError, RuntimeError)
 
 
 class PeerLinkTable:
@@ -137,7 +139,7 @@ class PeerLinkTable:
                     ev = parse_monitor_message(parts)
                     raw = ev["endpoint"]
                     endpoint = raw.decode() if isinstance(raw, bytes) else str(raw)
-                except (ValueError, KeyError, IndexError, UnicodeDecodeError) as exc:
+                except _MALFORMED as exc:
                     self._count("monitor_malformed", 1)
                     log.warning("ignored a malformed ZeroMQ monitor event: %r", exc)
                     continue
@@ -159,4 +161,9 @@ class PeerLinkTable:
             self.on_change()
         if self._guard is not None:  # runs at least every second (the reader's safety)
             self._guard.tick(time.monotonic())
+        if self.sub is not None and not self.closing:
+            # a SUB held by a full blocking subscription is not read: let libzmq finish
+            # its disconnects anyway (zeromq/libzmq#4052, see sockopts)
+            finish_disconnects(self.sub)
+            self.kick()
         return n

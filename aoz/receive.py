@@ -14,6 +14,7 @@ with the SUB when it is readable, and gives it ``kick`` to re-run that drain.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,7 @@ from .hotpath import drain_sub
 from .message import Message, Responder, data_start
 from .protocol.frames import Kind, decode_frame
 from .protocol.sequence import SequenceTracker
+from .protocol.subjects import Pattern
 from .routing import RoutingTable
 from .subscription import Subscription
 
@@ -69,17 +71,26 @@ class Receiver:
     ) -> None:
         """A sequenced frame that is not simply the next one of its subject's latest
         publisher: a first frame, another publisher, or a gap."""
-        missing = self.sequences.check(subject, publisher, seq)
+        missing = self.sequences.check(subject, publisher, seq, time.monotonic())
         if missing:
             msg.gap = missing
             self.lost += missing
             for s in subs:
                 s.upstream_loss(missing)
 
-    def forget_streams(self) -> None:
-        """Forget every stream's last sequence (the subscriptions changed: a gap across
-        the change would be a subscription's absence, not a loss)."""
-        self.sequences.clear()
+    def forget_streams(self, closed: Pattern) -> None:
+        """A subscription to ``closed`` ended: forget the streams of the subjects it
+        matched that no subscription receives any more (a gap across that absence would
+        not be a loss); every other stream keeps counting. Costs one prefix test per
+        tracked subject for a wildcard, one lookup for an exact subject."""
+        if closed.kind == "exact":
+            candidates = [closed.text.encode()]
+        else:
+            candidates = [
+                sb for sb in self.sequences.subjects(closed.zmq_prefix)
+                if closed.matches(sb.decode())
+            ]
+        self.sequences.forget(sb for sb in candidates if not self.routes.route(sb))
 
     def hold(self) -> None:
         """A subscription with ``overflow="block"`` is full: stop reading the data SUB

@@ -44,7 +44,9 @@ class RoutingTable(Generic[S]):
 
     def __init__(self, cache_max: int = _CACHE_MAX) -> None:
         self._exact: dict[bytes, tuple[S, ...]] = {}
-        self._wild: tuple[tuple[Pattern, S], ...] = ()
+        # (id of the subscriber, pattern text) -> (pattern, subscriber), in subscription
+        # order: adding and removing one of 10,000 wildcards costs O(1), not O(n)
+        self._wild: dict[tuple[int, str], tuple[Pattern, S]] = {}
         #: subject bytes -> subscribers; read directly by the receive hot path
         self.cache: dict[bytes, tuple[S, ...] | None] = {}
         self.cache_max = cache_max
@@ -55,7 +57,7 @@ class RoutingTable(Generic[S]):
             key = pattern.text.encode()
             self._exact[key] = (*self._exact.get(key, ()), sub)
         else:
-            self._wild = (*self._wild, (pattern, sub))
+            self._wild[(id(sub), pattern.text)] = (pattern, sub)
         self.cache.clear()
 
     def remove(self, pattern: Pattern, sub: S) -> None:
@@ -68,7 +70,7 @@ class RoutingTable(Generic[S]):
             else:
                 self._exact.pop(key, None)
         else:
-            self._wild = tuple((p, s) for p, s in self._wild if s is not sub)
+            self._wild.pop((id(sub), pattern.text), None)
         self.cache.clear()
 
     def route(self, subject: bytes) -> tuple[S, ...] | None:
@@ -85,7 +87,7 @@ class RoutingTable(Generic[S]):
         else:
             out = self._exact.get(subject, ())
             if self._wild and not hidden_from_wildcards(text):  # also _QUEUE. (aoz.queues)
-                out = out + tuple(s for p, s in self._wild if p.matches(text))
+                out = out + tuple(s for p, s in self._wild.values() if p.matches(text))
         if len(self.cache) >= self.cache_max:
             self.cache.clear()
         self.cache[subject] = out
@@ -95,7 +97,7 @@ class RoutingTable(Generic[S]):
         """Empty the table; returns every subscriber it held (each once)."""
         subs = list(self)
         self._exact = {}
-        self._wild = ()
+        self._wild = {}
         self.cache.clear()
         return subs
 
@@ -106,7 +108,7 @@ class RoutingTable(Generic[S]):
                 if id(s) not in seen:
                     seen.add(id(s))
                     yield s
-        for _, s in self._wild:
+        for _, s in self._wild.values():
             if id(s) not in seen:
                 seen.add(id(s))
                 yield s

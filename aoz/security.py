@@ -244,18 +244,18 @@ class DataCurve:
             zap.setsockopt(zmq.LINGER, 0)
             zap.bind(ZAP_ENDPOINT)
             self.zap = zap
+        what = ("invalid CURVE key: keys are 40-character Z85 strings; make them with "
+                "aoz.security.keypair()")
         try:
-            pub.setsockopt(zmq.CURVE_SERVER, 1)
-            pub.setsockopt(zmq.CURVE_SECRETKEY, s.curve_server_secret.encode("ascii"))
-            pub.setsockopt(zmq.ZAP_DOMAIN, b"aoz")
-            sub.setsockopt(zmq.CURVE_SERVERKEY, s.curve_server_public.encode("ascii"))
-            sub.setsockopt(zmq.CURVE_PUBLICKEY, public.encode("ascii"))
-            sub.setsockopt(zmq.CURVE_SECRETKEY, secret.encode("ascii"))
-        except (zmq.ZMQError, UnicodeEncodeError) as exc:
-            raise ConfigError(
-                f"invalid CURVE key ({exc}): keys are 40-character Z85 strings; "
-                "make them with aoz.security.keypair()"
-            ) from exc
+            with mapped(what):  # libzmq refuses a key that is not Z85 with EINVAL
+                pub.setsockopt(zmq.CURVE_SERVER, 1)
+                pub.setsockopt(zmq.CURVE_SECRETKEY, s.curve_server_secret.encode("ascii"))
+                pub.setsockopt(zmq.ZAP_DOMAIN, b"aoz")
+                sub.setsockopt(zmq.CURVE_SERVERKEY, s.curve_server_public.encode("ascii"))
+                sub.setsockopt(zmq.CURVE_PUBLICKEY, public.encode("ascii"))
+                sub.setsockopt(zmq.CURVE_SECRETKEY, secret.encode("ascii"))
+        except UnicodeEncodeError as exc:  # refused before ZeroMQ saw it
+            raise ConfigError(what) from exc
 
     def drain_zap(self, sock: zmq.Socket[bytes]) -> int:
         """Answer the ZAP requests waiting on ``sock`` (the data plane's reader calls it)."""

@@ -26,6 +26,16 @@ so that no socket that reads from the network is unbounded:
   oversized message would be cut off forever, and a hostile frame relayed by an OZ nsd
   would end a node's naming subscription. The guard notices the missing retry and
   connects such an endpoint again with the same back-off.
+- **Released endpoints** (zeromq/libzmq#4052): libzmq 4.3.5 finishes a ``disconnect``
+  -- and stops reconnecting to the released port -- only when the application next
+  calls into the socket (the pipe's termination handshake runs on commands the
+  socket processes then). A socket nobody calls (a data SUB held by a full
+  ``overflow="block"`` subscription, a naming PUB between beacons) keeps connecting
+  to the port for ever, and connects for good to whatever binds it next.
+  :func:`finish_disconnects` is that call; owners make it while such a socket is
+  idle. (``ZMQ_RECONNECT_STOP`` is accepted by the bundled 4.3.5, but its
+  ``CONN_REFUSED`` would also give up on a static peer that has not started yet, and
+  its ``AFTER_DISCONNECT`` reads an uninitialised flag in 4.3.5, zeromq/libzmq#4720.)
 - **CURVE** on the naming plane (``settings.naming_curve``): the same key model as the
   data plane (:mod:`aoz.security`); the nsd is the CURVE server.
 
@@ -57,6 +67,7 @@ __all__ = [
     "apply_curve_client",
     "apply_data_options",
     "apply_naming_options",
+    "finish_disconnects",
 ]
 
 log = logging.getLogger("aoz.sockopts")
@@ -137,6 +148,17 @@ def stop_reconnect_on_handshake_failure(sock: zmq.Socket[Any]) -> bool:
     return True
 
 
+def finish_disconnects(sock: zmq.Socket[Any]) -> None:
+    """Let libzmq finish the disconnects made on ``sock`` (see the module docstring).
+
+    Reading ``ZMQ_EVENTS`` processes the socket's pending commands and reads no
+    message. It may consume the socket's fd signal: a caller that reads the socket
+    from that fd re-runs its drain afterwards.
+    """
+    if not sock.closed:
+        sock.getsockopt(zmq.EVENTS)
+
+
 def apply_data_options(pub: zmq.Socket[Any], sub: zmq.Socket[Any], s: Settings) -> None:
     """Options of a node's data PUB (XPUB) and data SUB; why each matters:
 
@@ -161,12 +183,23 @@ def apply_data_options(pub: zmq.Socket[Any], sub: zmq.Socket[Any], s: Settings) 
       (:data:`SUBSCRIPTION_MAX`), the SUB at most ``max_message_size``.
     - The SUB stops retrying after a failed handshake; :class:`HandshakeGuard`
       retries with back-off.
+    - The SUB's send side is unbounded (``SNDHWM`` 0): what a SUB sends are its
+      subscriptions, and libzmq drops, without a word, those above the send
+      high-water mark -- in the burst of a subscribe loop and in the burst that
+      greets every publisher that connects later (all filters at once). A dropped
+      filter is a subscription that silently receives nothing. What that queue can
+      hold is bounded by the node itself: one message per filter per connected
+      publisher, plus the subscribe/unsubscribe calls made while a publisher does not
+      read (a frozen one; a reconnect discards that backlog and resends the current
+      filters only), a few hundred bytes each.
 
     >>> ctx = zmq.Context.instance()
     >>> pub, sub = ctx.socket(zmq.XPUB), ctx.socket(zmq.SUB)
     >>> apply_data_options(pub, sub, Settings())
     >>> sub.getsockopt(zmq.MAXMSGSIZE) == Settings().max_message_size
     True
+    >>> sub.getsockopt(zmq.SNDHWM)  # subscriptions are never dropped
+    0
     >>> pub.close(); sub.close()
     """
     linger = int(s.linger * 1000)
@@ -186,6 +219,7 @@ def apply_data_options(pub: zmq.Socket[Any], sub: zmq.Socket[Any], s: Settings) 
     if s.send_policy == "block":
         pub.setsockopt(zmq.XPUB_NODROP, 1)
     sub.setsockopt(zmq.RCVHWM, s.recv_hwm)
+    sub.setsockopt(zmq.SNDHWM, 0)
     sub.setsockopt(zmq.MAXMSGSIZE, s.max_message_size)
     sub.setsockopt(zmq.RECONNECT_IVL, _ms(s.reconnect_interval))
     sub.setsockopt(zmq.CONNECT_TIMEOUT, _CONNECT_TIMEOUT_MS)

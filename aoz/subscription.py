@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 import msgspec
 
 from .config import Overflow
-from .errors import ClosedError, WaitTimeout
+from .errors import ClosedError, UsageError, WaitTimeout
 
 if TYPE_CHECKING:
     from .message import Message
@@ -346,7 +346,7 @@ class Subscription(Mailbox["Message"]):
         ...     count += len(batch)
         """
         if max_size < 1:
-            raise ValueError("max_size must be >= 1")
+            raise UsageError(f"max_size must be >= 1, not {max_size}")
         return _Batches(self, max_size)
 
     def statistics(self) -> SubscriptionStatistics:

@@ -2,7 +2,9 @@
 
 Publishers use ``await node.publish`` after ``node.wait_for_interest``; subscribers use
 ``async for msg in sub`` (``mode="iter"``) or ``sub.batches()`` (``mode="batch"``) and read
-``msg.data``; request/reply uses ``node.request`` and ``msg.respond``.
+``msg.data``; request/reply uses ``node.request`` and ``msg.respond``. ``settings`` are
+:class:`aoz.Settings` fields: the harness passes ``send_policy="block"`` and
+``overflow="block"`` for a lossless pair, nothing for aoz's (dropping) defaults.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ async def pub(p: dict[str, Any], stall: bool = False) -> None:
             if stall and not i & 4095:
                 peak = max(peak, rss())
         dt = time.perf_counter() - t0
-        result: dict[str, Any] = {"sent": n, "send_s": dt}
+        blocked = node.statistics().blocked_sends
+        result: dict[str, Any] = {"sent": n, "send_s": dt, "blocked_sends": blocked}
         if stall:
             await asyncio.sleep(p.get("settle", 1.0))
             after = rss()
@@ -92,7 +95,12 @@ async def sub(p: dict[str, Any], stall: bool = False) -> None:
         task = asyncio.create_task(consumer())
         await _watch(task, r, p)
         stats = subscription.statistics()
-        emit("result", **r.result(n, dropped_queue=stats.dropped))
+        node_stats = node.statistics()
+        # Where a shortfall stopped, if there is one: frames read off the SUB, sequence
+        # gaps (lost upstream), messages still queued for the consumer.
+        emit("result", **r.result(n, dropped_queue=stats.dropped,
+                                  messages_in=node_stats.messages_in,
+                                  lost_in=node_stats.lost_in, pending=stats.pending))
 
 
 async def _watch(task: asyncio.Task[None], r: Receiver, p: dict[str, Any]) -> None:

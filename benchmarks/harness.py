@@ -23,32 +23,85 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from aoz import Settings
+
 ROOT = Path(__file__).resolve().parent.parent
 
-# system name -> role module, and which role starts first in a publish/subscribe pair
+# system name -> role module (publisher and subscriber run the same module unless the
+# system is one side of aoz against the raw zmq.asyncio other side)
 MODULES = {
     "zmq": "zmq_sync",
     "zmq.asyncio": "zmq_async",
     "aoz": "aoz_node",
+    "aoz-wild": "aoz_node",
     "aoz-batch": "aoz_node",
     "aoz-py": "aoz_node",
     "aoz-batch-py": "aoz_node",
+    "aoz-drop": "aoz_node",
     "nats": "nats_client",
     "zenoh": "zenoh_peer",
+    "zenoh-drop": "zenoh_peer",
 }
 # Receive path only: aoz subscribers fed by the raw zmq.asyncio publisher (same wire bytes),
 # so the subscriber's cost is measured apart from aoz's publisher.
 RX_SYSTEMS = {"aoz-rx": "iter", "aoz-batch-rx": "batch"}
 # Send path only: the aoz publisher feeding the raw zmq.asyncio subscriber.
 TX_SYSTEMS = {"aoz-tx"}
+# Systems that may lose messages by design (a dropping policy at the publisher). They are
+# measured and shown beside their loss, never used as a ratio's baseline.
+DROPPING_SYSTEMS = frozenset({"aoz-drop", "zenoh-drop"})
+# Lossless settings of every aoz node in a lossless pair: the publisher waits for room
+# (XPUB_NODROP) and the subscription's queue stops the reader instead of dropping.
+AOZ_LOSSLESS = {"send_policy": "block", "overflow": "block"}
+RAW_MODULES = ("zmq_async", "zmq_sync")
+_AOZ_DEFAULTS = Settings()
+
+
 # The "-py" systems run aoz's pure-Python hot path (AOZ_PURE_PYTHON=1 in every process of
 # the pair); the others the default one (compiled, where it is built).
 def _env_of(system: str) -> dict[str, str]:
     return {"AOZ_PURE_PYTHON": "1" if system.endswith("-py") else "0"}
 
 
+def _side(module: str, lossless: bool) -> dict[str, Any]:
+    """The parameters that make one role lossless (or leave it at its defaults)."""
+    if module == "aoz_node":
+        return {"settings": dict(AOZ_LOSSLESS)} if lossless else {}
+    if module in RAW_MODULES:
+        return {"nodrop": lossless}
+    if module == "zenoh_peer":
+        # lossless: BLOCK congestion control and a FIFO channel (blocks when full);
+        # dropping: zenoh's defaults (DROP) and a callback
+        return {"congestion": "block", "handler": "fifo"} if lossless else {}
+    return {}
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, Any]:
+    """``base`` updated by ``extra``; aoz ``settings`` are merged key by key."""
+    out = {**base, **(extra or {})}
+    if "settings" in base and extra and "settings" in extra:
+        out["settings"] = {**base["settings"], **extra["settings"]}
+    return out
+
+
 class BenchError(Exception):
     """A role failed, exited early or did not answer in time."""
+
+
+def _profiled(cmd: list[str], name: str) -> list[str]:
+    """``cmd`` under ``perf record`` when ``AOZ_BENCH_PERF`` names a directory (and perf
+    is installed): one ``<role>-<action>-<n>.data`` per process, call graphs at 999 Hz.
+    Read with ``perf report -i FILE --no-children``; Python 3.11 frames show as the
+    interpreter's C functions (``_PyEval_EvalFrameDefault``), libzmq, pyzmq and aoz's
+    compiled hot path by name."""
+    out = os.environ.get("AOZ_BENCH_PERF")
+    perf = shutil.which("perf")
+    if not out or perf is None:
+        return cmd
+    Path(out).mkdir(parents=True, exist_ok=True)
+    fd, path = tempfile.mkstemp(prefix=f"{name}-", suffix=".data", dir=out)
+    os.close(fd)
+    return [perf, "record", "-q", "-F", "999", "-g", "-o", path, "--", *cmd]
 
 
 class Proc:
@@ -61,8 +114,9 @@ class Proc:
         env = {**os.environ, **p.pop("env", {})}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         env.setdefault("PYTHONUNBUFFERED", "1")
+        cmd = [sys.executable, "-m", f"benchmarks.{module}", action, json.dumps(p)]
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", f"benchmarks.{module}", action, json.dumps(p)],
+            _profiled(cmd, f"{module}-{action}"),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._err,
@@ -201,16 +255,36 @@ class NatsServer:
 
 
 # ---------------------------------------------------------------------------- pairs
-def _pair_params(system: str, nats_url: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """Which role starts first, and the extra parameters of each side."""
-    extra: dict[str, Any]
+def _pair(
+    system: str, nats_url: str, lossless: bool
+) -> tuple[str, str, str, dict[str, Any], dict[str, Any]]:
+    """Publisher module, subscriber module, which role starts first, and the extra
+    parameters of each side."""
+    if system in RX_SYSTEMS:
+        pub_m, sub_m = "zmq_async", "aoz_node"
+    elif system in TX_SYSTEMS:
+        pub_m, sub_m = "aoz_node", "zmq_async"
+    else:
+        pub_m = sub_m = MODULES[system]
+    lossless = lossless and system not in DROPPING_SYSTEMS
+    pub_p, sub_p = _side(pub_m, lossless), _side(sub_m, lossless)
+    # raw sockets get aoz's high-water marks (like with like)
+    if pub_m in RAW_MODULES:
+        pub_p["hwm"] = _AOZ_DEFAULTS.send_hwm
+    if sub_m in RAW_MODULES:
+        sub_p["hwm"] = _AOZ_DEFAULTS.recv_hwm
+    if system in RX_SYSTEMS:
+        sub_p["mode"] = RX_SYSTEMS[system]
+    elif system in ("aoz-batch", "aoz-batch-py"):
+        sub_p["mode"] = "batch"
+    elif system == "aoz-wild":
+        sub_p["pattern"] = ">"
     if system == "nats":
-        return "sub", {"url": nats_url}, {"url": nats_url}
-    if system == "zenoh":
-        port = free_port()
-        return "pub", {"port": port}, {"port": port}
-    extra = {"mode": "batch"} if system in ("aoz-batch", "aoz-batch-py") else {}
-    return "pub", {}, extra
+        pub_p["url"] = sub_p["url"] = nats_url
+        return pub_m, sub_m, "sub", pub_p, sub_p
+    if pub_m == "zenoh_peer":
+        pub_p["port"] = sub_p["port"] = free_port()
+    return pub_m, sub_m, "pub", pub_p, sub_p
 
 
 def run_pubsub(
@@ -223,20 +297,13 @@ def run_pubsub(
     sub_extra: dict[str, Any] | None = None,
     pub_extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    pub_p: dict[str, Any]
-    sub_p: dict[str, Any]
-    if system in RX_SYSTEMS:
-        pub_module, sub_module = "zmq_async", "aoz_node"
-        first, pub_p, sub_p = "pub", {}, {"mode": RX_SYSTEMS[system]}
-    elif system in TX_SYSTEMS:
-        pub_module, sub_module = "aoz_node", "zmq_async"
-        first, pub_p, sub_p = "pub", {}, {}
-    else:
-        pub_module = sub_module = MODULES[system]
-        first, pub_p, sub_p = _pair_params(system, nats_url)
+    """One publisher and one subscriber process; the result carries sent, received and
+    loss. A stalled-subscriber run uses each system's dropping defaults (a lossless
+    publisher would wait for the stalled subscriber forever)."""
+    pub_module, sub_module, first, pub_p, sub_p = _pair(system, nats_url, not stall)
     env = _env_of(system)
-    pub_p = {**pub_p, **(pub_extra or {}), "size": size, "n": n, "env": env}
-    sub_p = {**sub_p, **(sub_extra or {}), "n": n, "deadline": timeout, "env": env}
+    pub_p = {**_merge(pub_p, pub_extra), "size": size, "n": n, "env": env}
+    sub_p = {**_merge(sub_p, sub_extra), "n": n, "deadline": timeout, "env": env}
     pub_action, sub_action = ("stallpub", "stallsub") if stall else ("pub", "sub")
     if first == "pub":
         with started(pub_module, pub_action, pub_p) as pub:
@@ -276,9 +343,14 @@ def run_pubsub(
         "msgs_per_s": sr["msgs_per_s"],
         "sent": sent,
         "received": received,
+        "lost": sent - received,
         "loss": (sent - received) / sent if sent else 0.0,
+        "lossless_config": system not in DROPPING_SYSTEMS,
         "pub_msgs_per_s": sent / pr["send_s"] if pr["send_s"] > 0 else 0.0,
+        "blocked_sends": pr.get("blocked_sends", 0),
         "dropped_queue": sr.get("dropped_queue", 0),
+        # aoz subscribers only: frames read, sequence gaps, still queued at the end
+        **{k: sr[k] for k in ("messages_in", "lost_in", "pending") if k in sr},
     }
 
 

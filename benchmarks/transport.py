@@ -1,9 +1,13 @@
-"""``python -m benchmarks.transport [--rounds N] [--n N] [--sizes 100,1024]``: ipc vs tcp.
+"""``python -m benchmarks.transport [--rounds N] [--n N] [--sizes 100,1024] [--policy P]``:
+ipc vs tcp.
 
 The same aoz publisher and subscriber processes (static mode, ``await node.publish`` per
-message, ``async for`` on the other side, default settings: drops are possible and
-counted) on tcp loopback (``tcp://127.0.0.1:*``) and on ``ipc://`` (a socket file in a
-private temporary directory), in interleaved rounds so machine drift hits both alike.
+message, ``async for`` on the other side) on tcp loopback (``tcp://127.0.0.1:*``) and on
+``ipc://`` (a socket file in a private temporary directory), in interleaved rounds so
+machine drift hits both alike. ``--policy lossless`` (the default) runs both ends
+lossless (``send_policy="block"``, ``overflow="block"``), so the rates compare like with
+like; ``--policy drop`` uses the default settings, where a slow subscriber loses
+messages and the rates are not comparable by themselves.
 Every line shows the rate beside its loss; the ratio ipc/tcp is taken round by round.
 The load average before and after is printed: on a shared machine, read figures with it.
 ``benchmarks/out/transport.json`` keeps every figure.
@@ -33,10 +37,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--n", type=int, default=200_000, help="messages per case and round")
     ap.add_argument("--sizes", default="100,1024", help="payload sizes, bytes")
+    ap.add_argument("--policy", choices=("lossless", "drop"), default="lossless")
     args = ap.parse_args(argv)
+    pub_settings: dict[str, Any] = {}
+    sub_settings: dict[str, Any] = {}
+    if args.policy == "lossless":
+        pub_settings, sub_settings = {"send_policy": "block"}, {"overflow": "block"}
     sizes = [int(x) for x in args.sizes.split(",")]
     directory = tempfile.mkdtemp(prefix="aozb")  # short: an ipc path fits in 107 bytes
-    print(f"before: {_load()}", flush=True)
+    print(f"policy {args.policy}; before: {_load()}", flush=True)
     results: list[dict[str, Any]] = []
     try:
         for r in range(args.rounds):
@@ -44,7 +53,11 @@ def main(argv: list[str] | None = None) -> int:
                 row: dict[str, Any] = {"round": r + 1, "size": size}
                 for transport in ("tcp", "ipc"):
                     bind = "tcp://127.0.0.1:*" if transport == "tcp" else f"ipc://{directory}/p{r}"
-                    res = run_pubsub("aoz", size, args.n, 60.0, pub_extra={"bind": bind})
+                    res = run_pubsub(
+                        "aoz", size, args.n, 60.0,
+                        pub_extra={"bind": bind, "settings": pub_settings},
+                        sub_extra={"settings": sub_settings},
+                    )
                     row[transport] = res
                     print(f"round {r + 1} {size:>5} B {transport}: {res['msgs_per_s']:>10,.0f} "
                           f"msg/s, loss {res['loss']:.2%} (received {res['received']:,} of "
@@ -68,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{med:>24}  {loss_t:.2%} / {loss_i:.2%}")
     out = ROOT / "benchmarks" / "out"
     out.mkdir(exist_ok=True)
-    (out / "transport.json").write_text(json.dumps({"n": args.n, "rounds": results}, indent=1))
+    summary = {"n": args.n, "policy": args.policy, "rounds": results}
+    (out / "transport.json").write_text(json.dumps(summary, indent=1))
     return 0
 
 

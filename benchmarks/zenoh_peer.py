@@ -1,9 +1,18 @@
 """eclipse-zenoh roles in peer mode on loopback.
 
 Configured explicitly: ``mode=peer``, listen/connect on ``tcp/127.0.0.1:<port>``,
-multicast scouting off. Publishers wait for ``matching_status`` before sending;
-subscribers and queryables use callbacks (zenoh-python's fast path). Publisher
-congestion control is zenoh's default (drop), so loss is zenoh's default policy.
+multicast scouting off. Publishers wait for ``matching_status`` before sending.
+
+Two configurations of the publish/subscribe pair (the harness picks one):
+
+- lossless (``congestion="block"``, ``handler="fifo"``): ``CongestionControl.BLOCK``
+  on the publisher (a full transmission queue makes ``put`` wait) and the default FIFO
+  channel on the subscriber, read with ``recv()`` (a full channel blocks zenoh's
+  receiving thread, so the back-pressure reaches the publisher; links are reliable);
+- dropping (the defaults): ``CongestionControl.DROP`` and a callback subscriber
+  (zenoh-python's fast path), so loss is zenoh's default policy.
+
+Queryables use callbacks.
 """
 
 from __future__ import annotations
@@ -51,7 +60,13 @@ def _wait(predicate: Any, timeout: float) -> bool:
 def pub(p: dict[str, Any], stall: bool = False) -> None:
     session = _session([p["port"]], [])
     try:
-        publisher = session.declare_publisher(KEY)
+        block = p.get("congestion") == "block"
+        publisher = session.declare_publisher(
+            KEY,
+            congestion_control=(
+                zenoh.CongestionControl.BLOCK if block else zenoh.CongestionControl.DROP
+            ),
+        )
         emit("ready")
         matching = lambda: publisher.matching_status.matching  # type: ignore[attr-defined] # noqa: E731
         if not _wait(matching, p.get("wait", 10.0)):
@@ -79,6 +94,9 @@ def pub(p: dict[str, Any], stall: bool = False) -> None:
 
 
 def sub(p: dict[str, Any], stall: bool = False) -> None:
+    if p.get("handler") == "fifo" and not stall:
+        _sub_fifo(p)
+        return
     session = _session([], [p["port"]])
     try:
         n = p["n"]
@@ -104,16 +122,64 @@ def sub(p: dict[str, Any], stall: bool = False) -> None:
             unstall.set()
             emit("result")
             return
-        start = clock()
-        wait, idle, deadline = p.get("wait", 10.0), p.get("idle", 0.5), p.get("deadline", 60.0)
-        while r.n < n:
-            time.sleep(0.05)
-            now = clock()
-            if now - start > deadline or (not r.n and now - start > wait):
-                break
-            if r.n and now - r.last > idle:
-                break
+        _watch(r, n, p, lambda: None)
         emit("result", **r.result(n))
+    finally:
+        session.close()  # type: ignore[no-untyped-call]
+
+
+def _watch(r: Receiver, n: int, p: dict[str, Any], stop: Any) -> None:
+    """Until ``n`` arrived, the subscriber stays idle too long, or the deadline passes;
+    then ``stop()``."""
+    clock = time.perf_counter
+    start = clock()
+    wait, idle, deadline = p.get("wait", 10.0), p.get("idle", 0.5), p.get("deadline", 60.0)
+    while r.n < n:
+        time.sleep(0.05)
+        now = clock()
+        if now - start > deadline or (not r.n and now - start > wait):
+            break
+        if r.n and now - r.last > idle:
+            break
+    stop()
+
+
+def _sub_fifo(p: dict[str, Any]) -> None:
+    """The lossless subscriber: the default FIFO channel, read with ``recv()`` on this
+    thread; a watchdog thread undeclares the subscriber (which ends ``recv``) when the
+    count is reached, the subscriber is idle too long or the deadline passes."""
+    session = _session([], [p["port"]])
+    try:
+        n = p["n"]
+        r = Receiver()
+        clock = time.perf_counter
+        subscriber = session.declare_subscriber(KEY)
+        handler = subscriber.handler
+        emit("ready")
+        stopped = threading.Event()
+
+        def stop() -> None:
+            if not stopped.is_set():
+                stopped.set()
+                subscriber.undeclare()  # type: ignore[no-untyped-call]
+
+        watchdog = threading.Thread(target=_watch, args=(r, n, p, stop), daemon=True)
+        watchdog.start()
+        recv = handler.recv
+        try:
+            while r.n < n:
+                sample = recv()
+                _data = sample.payload.to_bytes()
+                r.last = clock()
+                if not r.n:
+                    r.first = r.last
+                r.n += 1
+        except zenoh.ZError:
+            pass  # undeclared by the watchdog: idle or past the deadline
+        result = r.result(n)
+        stopped.set()
+        watchdog.join(2.0)
+        emit("result", **result)
     finally:
         session.close()  # type: ignore[no-untyped-call]
 

@@ -3,11 +3,18 @@
 
 Same topology as aoz: PUB/SUB both ways (request/reply too), single frames laid out as
 on aoz's wire, aoz's high-water marks.
+
+Lossless publisher (``nodrop``): ``XPUB_NODROP``, so a full subscriber pipe makes the
+send fail with ``Again`` instead of dropping; the frame is then retried when the socket's
+fd fires (a pipe drained), with the same 50 ms backstop aoz's ``send_policy="block"``
+uses. pyzmq's own ``await sock.send()`` cannot wait here: an XPUB always reports POLLOUT,
+so the awaited send raises ``Again``. Without ``nodrop`` the XPUB drops at the HWM.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from typing import Any
@@ -31,6 +38,7 @@ from ._common import (
 )
 
 _YIELD_EVERY = 256  # same as aoz's publish(): a tight loop yields now and then
+_ROOM_BACKSTOP = 0.05  # seconds; as aoz's send path: a missed fd edge costs at most this
 
 
 def _sync(sock: zmq.asyncio.Socket) -> zmq.Socket[bytes]:
@@ -53,25 +61,67 @@ async def _wait_subscription(xpub: zmq.asyncio.Socket, timeout: float, frame: by
                 return
 
 
+async def _send_nodrop(sock: zmq.asyncio.Socket, frame: bytes, n: int) -> int:
+    """Send ``frame`` ``n`` times through an XPUB_NODROP socket, waiting for room when a
+    subscriber's pipe is full; returns how many sends had to wait."""
+    raw = _sync(sock)
+    send = raw.send
+    noblock = zmq.NOBLOCK
+    loop = asyncio.get_running_loop()
+    room = asyncio.Event()
+    fd = raw.FD
+    # Replaces zmq.asyncio's own reader of this fd while we send (no future is pending).
+    loop.add_reader(fd, room.set)
+    blocked = 0
+    try:
+        for i in range(n):
+            try:
+                send(frame, noblock)
+            except zmq.Again:
+                blocked += 1
+                while True:
+                    room.clear()
+                    try:
+                        send(frame, noblock)
+                        break
+                    except zmq.Again:
+                        pass
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(_ROOM_BACKSTOP):
+                            await room.wait()
+            if not i % _YIELD_EVERY:
+                await asyncio.sleep(0)
+    finally:
+        loop.remove_reader(fd)
+    return blocked
+
+
 async def pub(p: dict[str, Any]) -> None:
     ctx = zmq.asyncio.Context()
     sock = ctx.socket(zmq.XPUB)
     sock.setsockopt(zmq.SNDHWM, p.get("hwm", 100_000))
     sock.setsockopt(zmq.LINGER, 0)
+    nodrop = bool(p.get("nodrop", False))
+    if nodrop:
+        sock.setsockopt(zmq.XPUB_NODROP, 1)
     sock.bind("tcp://127.0.0.1:*")
     try:
         emit("ready", endpoint=sock.getsockopt_string(zmq.LAST_ENDPOINT))
         frame = wire_publish(SUBJECT, b"x" * p["size"])
         await _wait_subscription(sock, p.get("wait", 10.0), frame)
-        send = _sync(sock).send
-        noblock = zmq.NOBLOCK
         n = p["n"]
+        blocked = 0
         t0 = time.perf_counter()
-        for i in range(n):
-            send(frame, noblock)
-            if not i % _YIELD_EVERY:
-                await asyncio.sleep(0)
-        emit("result", sent=n, send_s=time.perf_counter() - t0)
+        if nodrop:
+            blocked = await _send_nodrop(sock, frame, n)
+        else:
+            send = _sync(sock).send
+            noblock = zmq.NOBLOCK
+            for i in range(n):
+                send(frame, noblock)
+                if not i % _YIELD_EVERY:
+                    await asyncio.sleep(0)
+        emit("result", sent=n, send_s=time.perf_counter() - t0, blocked_sends=blocked)
         await wait_release(p.get("release", 30.0))
     finally:
         sock.close(0)

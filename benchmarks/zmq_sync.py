@@ -1,7 +1,9 @@
 """Raw synchronous pyzmq: the practical limit for Python on ZeroMQ.
 
 PUB/SUB uses an XPUB (to see the subscription arrive before sending) and a SUB, with
-aoz's high-water marks so both drop at the same depth; request/reply is DEALER/ROUTER.
+aoz's high-water marks; with ``nodrop`` (the lossless runs) the XPUB has
+``XPUB_NODROP`` and the blocking ``send`` waits for room instead of dropping at the HWM.
+Request/reply is DEALER/ROUTER.
 Frames are laid out as on aoz's wire.
 """
 
@@ -34,6 +36,8 @@ def _xpub(ctx: zmq.Context[zmq.Socket[bytes]], p: dict[str, Any]) -> tuple[zmq.S
     pub = ctx.socket(zmq.XPUB)
     pub.setsockopt(zmq.SNDHWM, p.get("hwm", 100_000))
     pub.setsockopt(zmq.LINGER, 0)
+    if p.get("nodrop", False):
+        pub.setsockopt(zmq.XPUB_NODROP, 1)  # a blocking send then waits for room
     pub.bind("tcp://127.0.0.1:*")
     return pub, pub.getsockopt_string(zmq.LAST_ENDPOINT)
 

@@ -47,7 +47,9 @@ settings.register_profile("aoz", deadline=None)
 settings.load_profile("aoz")
 
 #: the directories whose tests all exercise the data plane's hot path (see above)
-TWIN_DIRS = frozenset({"hotpath", "node", "delivery", "queues"})
+# the data plane's twins (aoz/_hotpath.py, aoz/_speedups.pyx) and omnm's (aoz/omnm/_codec.py,
+# aoz/omnm/_fast.pyx) both switch with AOZ_PURE_PYTHON: tests of either run on both
+TWIN_DIRS = frozenset({"hotpath", "node", "delivery", "queues", "faults", "omnm"})
 
 
 @pytest.fixture
@@ -93,5 +95,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_report_header(config: pytest.Config) -> str:
     # CI runs the suite on each hot path (see the Makefile); say which this run is on
-    return f"aoz hot path: {aoz.hot_path()}"
+    return f"aoz hot path: {aoz.hot_path()}; omnm codec: {aoz.omnm.implementation()}"
 

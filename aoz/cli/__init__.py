@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     if args in (["--version"], ["-V"]):  # needs no extra (typer, rich)
         import aoz
 
-        print(f"aoz {aoz.__version__} (hot path: {aoz.hot_path()})")
+        print(f"aoz {aoz.__version__} (hot path: {aoz.hot_path()}, "
+              f"omnm codec: {aoz.omnm.implementation()})")
         return 0
     verb = next((a for a in args if not a.startswith("-")), "")
     default = "info" if verb in _DAEMONS else "warning"

@@ -34,7 +34,8 @@ def build_app() -> typer.Typer:
         if value:
             import aoz
 
-            print(f"aoz {aoz.__version__} (hot path: {aoz.hot_path()})")
+            print(f"aoz {aoz.__version__} (hot path: {aoz.hot_path()}, "
+                  f"omnm codec: {aoz.omnm.implementation()})")
             raise typer.Exit(0)
 
     @app.callback()

@@ -32,18 +32,25 @@ import zmq.asyncio
 from anyio.abc import TaskStatus
 from zmq.utils.monitor import parse_monitor_message
 
-from .._errmap import mapped, tolerated
+from .._errmap import mapped, tolerated, translate
 from ..config import Settings
 from ..endpoints import ipc_mesh
 from ..errors import AozError, DecodeError, NamingTimeout
 from ..protocol.naming import NamingType, decode_naming, encode_naming
-from ..sockopts import GUARD_EVENTS, HANDSHAKE_FAILED, HandshakeGuard, apply_naming_options
+from ..sockopts import (
+    GUARD_EVENTS,
+    HANDSHAKE_FAILED,
+    HandshakeGuard,
+    apply_naming_options,
+    finish_disconnects,
+)
 from .peers import Peer, PeerEvent
 from .state import (
     Action,
     ConnectData,
     ConnectNamingPub,
     DisconnectData,
+    DropNamingConnection,
     Failed,
     NamingState,
     PeerExpired,
@@ -84,6 +91,8 @@ def flush_naming(linger_ms: int) -> None:
 _NAMING = b"_NAMING"
 _BATCH = 512  # naming frames handled per wake-up before yielding to the loop
 _HWM = 100_000  # a full mesh forming sends O(n^2) naming frames at once
+#: naming PUB events that say an nsd's XSUB is not reachable now
+_XSUB_DOWN = frozenset((zmq.EVENT_DISCONNECTED, zmq.EVENT_CONNECT_RETRIED, *HANDSHAKE_FAILED))
 
 
 class DriverCore:
@@ -134,8 +143,8 @@ class DriverCore:
             beacon_interval=s.beacon_interval,
             expire_beacons=s.expire_beacons,
             require_welcome=require_welcome,
-            wall_offset=self._wall_offset,
             allow_ipc=ipc_mesh(s),
+            wall_offset=self._wall_offset,
         )
 
     def _send(self, ftype: NamingType) -> None:  # pragma: no cover - overridden
@@ -169,6 +178,8 @@ class DriverCore:
                     links.peer_event(PeerEvent(kind="expired", peer=peer))
                 case ConnectNamingPub(endpoint=ep):
                     self._connect_naming(ep)
+                case DropNamingConnection():
+                    pass  # the receiving loop that judged the frame does it
                 case Ready():
                     self._ready.set()
                 case Failed():
@@ -176,28 +187,29 @@ class DriverCore:
                     self._ready.set()
 
     def _decode_batch(
-        self, batch: list[bytes], decode: Callable[[bytes], Any], now: float
+        self, batch: list[bytes], decode: Callable[[bytes], Any], now: float,
+        *, first: bool = False,
     ) -> list[Action]:
+        """Decode and judge a batch; ``first``: its first frame is the first of its
+        naming connection (the only place a ``W`` is believed)."""
         state = self._state
         assert state is not None
         links = self._links
         assert links is not None
         actions: list[Action] = []
-        for raw in batch:
+        for i, raw in enumerate(batch):
             try:
                 frame = decode(raw)
             except DecodeError as exc:
                 self._counters["naming_decode_errors"] += 1
                 log.debug("dropped malformed %s input: %s", self.kind, exc)
                 continue
-            if frame.type is NamingType.WELCOME:
-                self._poll_connections(now)
-            elif state.knows_endpoint(frame.endpoint):
+            if frame.type is not NamingType.WELCOME and state.knows_endpoint(frame.endpoint):
                 # a D or a second uuid for a known endpoint is judged by the data link
                 # (see state.py): tell the machine what that link is doing right now
                 ep = frame.endpoint
                 actions.extend(state.link_state(ep, links.link_up(ep), now))
-            actions.extend(state.received(frame, now))
+            actions.extend(state.received(frame, now, first=first and i == 0))
         return actions
 
     def _poll_connections(self, now: float) -> None:
@@ -255,41 +267,34 @@ class NamingDriver(DriverCore):
         super().__init__(settings)
         self._pub: zmq.Socket[bytes] | None = None
         self._frames: dict[NamingType, bytes] = {}
-        self._monitors: list[tuple[zmq.Socket[bytes], HandshakeGuard]] = []
-        self._sub_mon: zmq.Socket[bytes] | None = None
+        self._monitors: list[tuple[zmq.Socket[bytes], HandshakeGuard]] = []  # naming PUB
+        self._subs: list[_NamingSub] = []  # one naming SUB per nsd
         self._xsub_up: dict[str, bool] = {}  # naming PUB link per nsd XSUB endpoint
 
     def _poll_connections(self, now: float) -> None:
-        """Feed the naming sockets' monitor events to the state machine and the guards.
+        """Feed the naming sockets' monitor events to the guards and the link tables.
 
-        A handshake that succeeded on the naming SUB vouches for the one ``W`` the nsd
-        sends on that connection (state.py). Called before any ``W`` is judged: libzmq
-        reports the handshake before it delivers the connection's first frame.
+        A naming SUB whose established connection dropped (its nsd stopped or
+        restarted) is replaced by a fresh socket, so that the nsd's next welcome is
+        the first frame of a socket, the only place a ``W`` is believed (state.py).
         """
-        state = self._state
+        self._poll_pub(now)
+        for conn in self._subs:
+            conn.poll(now)
+        if self._pub is not None:  # only sent on now and then: see sockopts
+            finish_disconnects(self._pub)
+
+    def _poll_pub(self, now: float) -> None:
+        """The naming PUB's monitor: its guard, and which nsd XSUBs are up (a link that
+        dropped, failed its handshake or is being retried is down; one not yet
+        reported either way is neither)."""
         for mon, guard in self._monitors:
-            # the monitors close with the driver; a read after that has nothing to tell
-            with tolerated("cannot read the naming monitor", "the driver is closing"):
-                try:
-                    while True:
-                        ev = parse_monitor_message(mon.recv_multipart(zmq.NOBLOCK))
-                        event = ev["event"]
-                        raw = ev["endpoint"]
-                        endpoint = raw.decode() if isinstance(raw, bytes) else ""
-                        guard.event(event, endpoint, now)
-                        if mon is not self._sub_mon:  # the naming PUB: which XSUBs are up
-                            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                                self._xsub_up[endpoint] = True
-                            elif event == zmq.EVENT_DISCONNECTED or event in HANDSHAKE_FAILED:
-                                self._xsub_up[endpoint] = False
-                        ours = mon is self._sub_mon and state is not None
-                        if ours and event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                            assert state is not None
-                            state.subscription_connected(now)
-                except zmq.Again:  # flow control: no more events queued
-                    pass
-                except (ValueError, KeyError) as exc:  # an event libzmq's parser rejects
-                    log.debug("naming monitor: malformed event: %s", exc)
+            for event, endpoint in _events(mon):
+                guard.event(event, endpoint, now)
+                if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    self._xsub_up[endpoint] = True
+                elif event in _XSUB_DOWN:
+                    self._xsub_up[endpoint] = False
             guard.tick(now)
 
     def _wanted_naming(self, is_sub: bool) -> Callable[[str], bool]:
@@ -329,8 +334,9 @@ class NamingDriver(DriverCore):
         naming PUB would keep reconnecting to a dead port for ever."""
         if self._pub is None or self._state is None:
             return
+        self._poll_pub(time.monotonic())
         for old in self._state.xsub_endpoints:
-            if old != new and not self._xsub_up.get(old, False):
+            if old != new and self._xsub_up.get(old) is False:
                 with tolerated(f"cannot disconnect the naming PUB from {old}",
                                "libzmq may have dropped the dead link already"):
                     self._pub.disconnect(old)
@@ -353,43 +359,34 @@ class NamingDriver(DriverCore):
         # The naming sockets live in their own context (not the data sockets' one):
         # naming must keep working even if a data socket misbehaves in its io thread.
         actx = naming_context()
-        sub = actx.socket(zmq.SUB)
         pub: zmq.Socket[bytes] = zmq.Context.shadow(actx.underlying).socket(zmq.PUB)
-        monitors: list[zmq.Socket[bytes]] = []
+        mon: zmq.Socket[bytes] | None = None
         try:
-            apply_naming_options(sub, s, hwm=_HWM)
             apply_naming_options(pub, s, hwm=_HWM)
-            for sock in (sub, pub):
-                mon: zmq.Socket[bytes] = zmq.Context.shadow(actx.underlying).socket(zmq.PAIR)
-                monitors.append(mon)
-                endpoint = f"inproc://aoz-naming-monitor-{id(sock):x}"
-                sock.monitor(endpoint, GUARD_EVENTS)
-                mon.connect(endpoint)
-                wanted = self._wanted_naming(sock is sub)
-                self._monitors.append((mon, HandshakeGuard(sock, s, wanted=wanted)))
-            self._sub_mon = monitors[0]
-            sub.setsockopt(zmq.LINGER, 0)
+            mon = _monitor(pub)
+            guard = HandshakeGuard(pub, s, wanted=self._wanted_naming(False))
+            self._monitors.append((mon, guard))
             pub.setsockopt(zmq.LINGER, int(max(s.linger, 0.1) * 1000))
-            sub.setsockopt(zmq.SUBSCRIBE, _NAMING)
             for ep in s.naming:
-                with mapped(f"cannot connect to naming daemon {ep}"):
-                    sub.connect(ep)
+                self._subs.append(_NamingSub(ep, s))
             self._pub = pub
             self._apply(state.start(time.monotonic()))
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._receive, sub, name="aoz-naming-recv")
+                for conn in self._subs:
+                    tg.start_soon(self._receive, conn, name="aoz-naming-recv")
                 await self._tick_loop(task_status)
                 tg.cancel_scope.cancel()
         finally:
             self._pub = None
             self._monitors = []
-            for sock in (sub, pub):
-                with tolerated("cannot stop a naming socket's monitor",
-                               "the monitor may not have started"):
-                    sock.disable_monitor()
-            for mon in monitors:
+            for conn in self._subs:
+                conn.close()
+            self._subs = []
+            with tolerated("cannot stop the naming PUB's monitor",
+                           "the monitor may not have started"):
+                pub.disable_monitor()
+            if mon is not None:
                 mon.close(linger=0)
-            sub.close(linger=0)
             pub.close()  # keeps the socket's linger so a just-sent D still leaves
         if self._failed is not None:
             timeout = s.connect_retries * s.connect_interval
@@ -407,10 +404,21 @@ class NamingDriver(DriverCore):
                 )
             raise NamingTimeout(msg, endpoints=list(s.naming), timeout=timeout)
 
-    async def _receive(self, sub: zmq.asyncio.Socket) -> None:
+    async def _receive(self, conn: _NamingSub) -> None:
+        """Read one nsd's naming SUB for ever; open it afresh whenever it must be
+        replaced (its connection dropped, or it delivered a ``W`` after its first
+        frame although it reconnected: the nsd's new welcome)."""
         while True:
-            first = await sub.recv()
-            batch = [first]
+            with anyio.CancelScope() as conn.scope:
+                await self._read(conn)
+            conn.reopen()
+            self._counters["naming_reopened"] = self._counters.get("naming_reopened", 0) + 1
+
+    async def _read(self, conn: _NamingSub) -> None:
+        sub = conn.sock
+        while True:
+            first_frame = await sub.recv()
+            batch = [first_frame]
             try:
                 while len(batch) < _BATCH:
                     # a NOBLOCK recv on an asyncio socket is a future that is already done
@@ -418,5 +426,102 @@ class NamingDriver(DriverCore):
                     batch.append(ready.result())
             except zmq.Again:
                 pass
-            self._apply(self._decode_batch(batch, decode_naming, time.monotonic()))
+            now = time.monotonic()
+            first, conn.first = conn.first, False
+            actions = self._decode_batch(batch, decode_naming, now, first=first)
+            self._apply(actions)
+            if any(isinstance(a, DropNamingConnection) for a in actions):
+                conn.poll(now)  # libzmq reports a handshake before its first frame
+                if conn.reconnected:
+                    return  # a refused W on a reconnected socket: the nsd's new welcome
             await anyio.lowlevel.checkpoint()  # let the node's own tasks run between bursts
+
+
+def _monitor(sock: zmq.Socket[Any]) -> zmq.Socket[bytes]:
+    """A PAIR receiving ``sock``'s guard events (a plain socket: polled, never awaited)."""
+    shared = naming_context().underlying
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.shadow(shared)
+    mon: zmq.Socket[bytes] = ctx.socket(zmq.PAIR)
+    endpoint = f"inproc://aoz-naming-monitor-{id(sock):x}"
+    sock.monitor(endpoint, GUARD_EVENTS)
+    mon.connect(endpoint)
+    return mon
+
+
+def _events(mon: zmq.Socket[bytes]) -> list[tuple[int, str]]:
+    """The monitor events waiting on ``mon`` (bounded by what is queued)."""
+    out: list[tuple[int, str]] = []
+    try:
+        for _ in range(100_000):
+            ev = parse_monitor_message(mon.recv_multipart(zmq.NOBLOCK))
+            raw = ev["endpoint"]
+            out.append((int(ev["event"]), raw.decode() if isinstance(raw, bytes) else ""))
+    except zmq.Again:  # flow control: no more events queued
+        pass
+    except zmq.ZMQError as exc:  # the monitor closed with its socket: nothing to tell
+        log.debug("%s", translate(exc, "naming monitor"))
+    except (ValueError, KeyError, RuntimeError) as exc:  # an event the parser rejects
+        log.debug("naming monitor: malformed event: %s", exc)
+    return out
+
+
+class _NamingSub:
+    """The naming SUB of one nsd, as a socket of its own, so that "the first frame of
+    this socket" names one connection: the only frame that may be a believed ``W``.
+
+    ``reconnected``: libzmq re-established the connection under this socket (the nsd
+    restarted): its next welcome cannot be the socket's first frame, so the socket is
+    replaced (``reopen``). A refused ``W`` on a socket that did not reconnect is a
+    forgery relayed by a working nsd: counted, and the socket kept.
+    """
+
+    def __init__(self, endpoint: str, settings: Settings) -> None:
+        self.endpoint = endpoint
+        self.settings = settings
+        self.scope: anyio.CancelScope | None = None
+        self.sock, self.mon, self.guard = self._open()
+        self.first = True  # no frame read yet
+        self.handshakes = 0
+        self.reconnected = False
+
+    def _open(self) -> tuple[zmq.asyncio.Socket, zmq.Socket[bytes], HandshakeGuard]:
+        s = self.settings
+        sock = naming_context().socket(zmq.SUB)
+        try:
+            with mapped(f"cannot connect to naming daemon {self.endpoint}"):
+                apply_naming_options(sock, s, hwm=_HWM)
+                sock.setsockopt(zmq.LINGER, 0)
+                mon = _monitor(sock)
+                guard = HandshakeGuard(sock, s, wanted=lambda ep: ep == self.endpoint)
+                sock.setsockopt(zmq.SUBSCRIBE, _NAMING)
+                sock.connect(self.endpoint)
+        except AozError:
+            sock.close(linger=0)
+            raise
+        return sock, mon, guard
+
+    def poll(self, now: float) -> None:
+        """Monitor events: the guard's, and whether the connection was re-established
+        (a drop after a handshake, or a second handshake)."""
+        for event, endpoint in _events(self.mon):
+            self.guard.event(event, endpoint, now)
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self.handshakes += 1
+                if self.handshakes > 1:
+                    self.reconnected = True
+            elif event == zmq.EVENT_DISCONNECTED and self.handshakes:
+                self.reconnected = True
+        if self.reconnected and self.scope is not None:
+            self.scope.cancel()  # the reading task reopens the socket
+        self.guard.tick(now)
+
+    def reopen(self) -> None:
+        self.close()
+        self.sock, self.mon, self.guard = self._open()
+        self.first, self.handshakes, self.reconnected = True, 0, False
+
+    def close(self) -> None:
+        with tolerated("cannot stop a naming SUB's monitor", "the monitor may be gone"):
+            self.sock.disable_monitor()
+        self.mon.close(linger=0)
+        self.sock.close(linger=0)

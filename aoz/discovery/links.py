@@ -35,7 +35,8 @@ class DataLinks(Protocol):
         """Disconnect the data SUB from a peer's publisher."""
 
     def link_up(self, endpoint: str) -> bool:
-        """Whether the data SUB is currently connected to ``endpoint``."""
+        """Whether the data link with the peer at ``endpoint`` is up both ways: our SUB's
+        handshake with its publisher and its inbox filter at ours (:mod:`aoz.liveness`)."""
 
     def peer_event(self, event: PeerEvent) -> None:
         """Fan a peer event out to ``node.peer_events()`` listeners."""

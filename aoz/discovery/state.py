@@ -19,25 +19,41 @@ Phases::
 - ``welcome(xsub, now)``: an nsd told us where its XSUB is. A new XSUB endpoint
   (first contact, a second nsd, or an nsd that restarted) -> ``ConnectNamingPub``
   and ``C`` every ``connect_interval`` until we hear our own ``C``/``c`` again.
-- ``subscription_connected(now)``: the naming SUB has just (re)connected to an nsd, so
-  the nsd's welcome is on its way: the next ``W`` received within ``welcome_window``
-  seconds is believed. A ``W`` arriving any other time is counted
-  (``welcomes_refused``) and ignored -- anyone who can publish into an nsd can send
-  one, and believing it would point our naming PUB at their endpoint.
+- A ``W`` is believed only as the *first frame of a naming connection* (the driver
+  says so with ``received(frame, now, first=True)``): an nsd writes its welcome
+  into a new connection before anything else, and anything it relays comes after.
+  Any other ``W`` is counted (``welcomes_refused``), ignored, and answered with
+  ``DropNamingConnection``: the connection it came on is closed and opened afresh,
+  so a real nsd that restarted (its new welcome arriving on an old connection)
+  welcomes us again as the first frame of the new one. Anyone who can publish into
+  an nsd can send a ``W``, and believing it would point our naming PUB at their
+  endpoint; no window of time is trusted, so a flood of forged ``W`` cannot race an
+  nsd's restart.
 - ``received(frame, now)``: ``C``/``c`` from an unknown uuid (ours included) ->
   ``ConnectData`` + ``PeerJoined`` + one ``C`` of ours so late joiners learn about
   us; a known uuid only refreshes ``last_seen`` (several nsds deliver duplicates).
   ``D`` -> ``DisconnectData`` + ``PeerLeft`` (but see *goodbyes* below). ``W`` is
-  handled as ``welcome`` when a ``subscription_connected`` vouches for it.
+  handled as ``welcome`` when it is the first frame of its connection (above).
 - ``tick(now)``: repeats ``C`` while announcing, fails at the deadline, sends
   beacons ``c`` every ``beacon_interval`` (0 = none) and expires dead peers.
-- ``link_state(endpoint, up, now)``: what the node's data SUB monitor says about a
-  peer's link. A peer (never ourselves) whose link is down and that has been silent
-  -- no ``C``/``c`` and no live link -- for ``expire_window`` seconds is expired
-  (``DisconnectData`` + ``PeerExpired``). ``expire_window`` is
-  ``expire_beacons x beacon_interval``, or ``expire_beacons x 1 s`` with beacons off
-  (then only the link state can tell, so a peer whose link was never seen up is
-  kept: OZ itself never forgets a peer).
+- ``link_state(endpoint, up, now)``: what the node's data link says about a peer
+  (both directions, :mod:`aoz.liveness`). The link is the evidence, beacons are not
+  (anyone who can reach an nsd can replay a dead peer's beacons): a peer (never
+  ourselves) whose link is down is expired (``DisconnectData`` + ``PeerExpired``)
+  once ``expire_window`` seconds have passed since its link was last seen up -- or
+  since it joined, if it never came up -- whatever ``C``/``c`` say. **Bound:** a
+  dead peer is listed at most ``expire_window`` plus the driver's link-check period
+  (<= 0.5 s) after its link went down: 3.5 s with the defaults.
+  ``expire_window`` is ``expire_beacons x beacon_interval``, or ``expire_beacons x
+  1 s`` with beacons off (then a peer whose link was never seen up is kept, as OZ
+  keeps every peer: there is no evidence either way).
+- A peer expired that way is not listed again by an announcement alone: its
+  ``C``/``c`` starts a *probe* (``ConnectData``, no ``PeerJoined``), and it is
+  listed again (``PeerJoined``) when its link comes up; a probe whose link stays down
+  for ``expire_window`` is disconnected, and the next one waits twice as long
+  (``expire_window``, x2, ... at most 60 s), so replayed beacons cost at most one
+  short connection attempt a minute. At most 4,096 such peers are remembered
+  (oldest forgotten first).
 - ``stop()``: ``D`` once, then every input is ignored.
 
 Hostile or malformed input (an endpoint that is not ``tcp://host:port``, a uuid that
@@ -98,6 +114,7 @@ __all__ = [
     "ConnectData",
     "ConnectNamingPub",
     "DisconnectData",
+    "DropNamingConnection",
     "Failed",
     "NamingState",
     "PeerExpired",
@@ -108,6 +125,11 @@ __all__ = [
     "SendNaming",
 ]
 
+
+#: peers expired on link evidence that are remembered (their beacons then only probe)
+_EXPIRED_MAX = 4096
+#: longest wait between two probes of such a peer's link, seconds
+_PROBE_MAX = 60.0
 
 # ---------------------------------------------------------------- actions
 
@@ -124,6 +146,12 @@ class SendNaming:
     """Send our own naming frame of this type (see :meth:`NamingState.frame`)."""
 
     type: NamingType
+
+
+@dataclass(frozen=True, slots=True)
+class DropNamingConnection:
+    """Close the naming connection that delivered this frame and open it afresh (it
+    delivered a ``W`` that was not its first frame)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +198,7 @@ class Failed:
 
 Action: TypeAlias = (
     ConnectNamingPub
+    | DropNamingConnection
     | SendNaming
     | ConnectData
     | DisconnectData
@@ -196,6 +225,18 @@ class _Entry:
     link_seen: float | None = None  # last time the data link was reported up
     link_up: bool = False
     leaving: float | None = None  # when a D arrived while the link was up
+    joined: float = 0.0  # when it was listed
+
+
+@dataclass(slots=True)
+class _Expired:
+    """A peer expired on its link's evidence: only its link coming up lists it again."""
+
+    endpoint: str
+    next_probe: float  # no probe before this
+    delay: float  # wait after the next failed probe
+    probe_since: float | None = None  # a probe (a data connection attempt) is running
+    frame: NamingFrame | None = None  # its announcement, to list it when its link is up
 
 
 @dataclass(slots=True)
@@ -213,6 +254,7 @@ class _Counters:
                 "peers_joined",
                 "peers_left",
                 "peers_expired",
+                "probes",
             ),
             0,
         )
@@ -244,7 +286,6 @@ class NamingState:
         expire_beacons: int = 3,
         require_welcome: bool = True,
         wall_offset: float = 0.0,
-        welcome_window: float = 5.0,
         allow_ipc: bool = False,
     ) -> None:
         self.uuid = uuid
@@ -259,13 +300,11 @@ class NamingState:
         self.expire_beacons = expire_beacons
         self.require_welcome = require_welcome
         self.wall_offset = wall_offset
-        self.welcome_window = welcome_window
         self.phase = Phase.IDLE
-        # deadlines of the welcomes vouched for by subscription_connected()
-        self._welcome_due: list[float] = []
         self._counters = _Counters()
         self._peers: dict[str, _Entry] = {}
         self._by_endpoint: dict[str, str] = {}  # data endpoint -> uuid holding it
+        self._expired: dict[str, _Expired] = {}  # uuid -> peers expired on link evidence
         self._xsubs: list[str] = []
         self._deadline = 0.0
         # re-announce C until our own C/c comes back (after start and each new welcome)
@@ -301,8 +340,11 @@ class NamingState:
         return self.expire_beacons * interval
 
     def peer_endpoints(self) -> list[str]:
-        """Data endpoints of the peers whose link state the driver should report."""
-        return [e.peer.endpoint for u, e in self._peers.items() if u != self.uuid]
+        """Data endpoints of the peers (and probes) whose link state the driver should
+        report."""
+        out = [e.peer.endpoint for u, e in self._peers.items() if u != self.uuid]
+        out.extend(x.endpoint for x in self._expired.values() if x.probe_since is not None)
+        return out
 
     def knows_endpoint(self, endpoint: str) -> bool:
         """Whether a known peer (or this node) holds ``endpoint``."""
@@ -347,18 +389,14 @@ class NamingState:
         if xsub_endpoint in self._xsubs:
             self._xsubs.remove(xsub_endpoint)
 
-    def subscription_connected(self, now: float) -> list[Action]:
-        """The naming SUB (re)connected to an nsd: believe the next ``W`` (one per call)."""
-        self._welcome_due.append(now + self.welcome_window)
-        return []
-
-    def received(self, frame: NamingFrame, now: float) -> list[Action]:
-        """A naming frame arrived (already decoded)."""
+    def received(self, frame: NamingFrame, now: float, *, first: bool = False) -> list[Action]:
+        """A naming frame arrived (already decoded); ``first``: it is the first frame of
+        the naming connection it came on (only such a ``W`` is believed)."""
         if self.phase in (Phase.IDLE, Phase.FAILED, Phase.STOPPED):
             return []
         self._counters.add("naming_in")
         if frame.type is NamingType.WELCOME:
-            return self._received_welcome(frame, now)
+            return self._received_welcome(frame, now, first)
         if not is_uuid(frame.uuid) or not self._reachable(frame):
             self._counters.add("naming_malformed")
             return []
@@ -402,7 +440,11 @@ class NamingState:
     def link_state(self, endpoint: str, up: bool, now: float) -> list[Action]:
         """The data SUB's link to ``endpoint`` is (``up``) or is not connected."""
         uuid = self._by_endpoint.get(endpoint)
-        if uuid is None or uuid == self.uuid or self.phase is not Phase.READY:
+        if self.phase is not Phase.READY:
+            return []
+        if uuid is None:
+            return self._probed(endpoint, up, now)
+        if uuid == self.uuid:
             return []
         entry = self._peers[uuid]
         entry.link_up = up
@@ -424,16 +466,12 @@ class NamingState:
 
     # ---------------------------------------------------------------- internals
 
-    def _received_welcome(self, frame: NamingFrame, now: float) -> list[Action]:
+    def _received_welcome(self, frame: NamingFrame, now: float, first: bool) -> list[Action]:
         if not self.require_welcome:
             return self.welcome(frame.endpoint, now)  # counted as malformed there
-        due = self._welcome_due
-        while due and due[0] < now:
-            due.pop(0)  # a connection whose welcome never came (not an nsd?)
-        if not due:
+        if not first:
             self._counters.add("welcomes_refused")
-            return []
-        due.pop(0)
+            return [DropNamingConnection()]
         return self.welcome(frame.endpoint, now)
 
     def _begin_announcing(self, now: float) -> list[Action]:
@@ -474,6 +512,9 @@ class NamingState:
         if not own and frame.endpoint == self.endpoint:
             self._counters.add("naming_conflicts")  # our endpoint is ours while we run
             return out
+        expired = self._expired.get(frame.uuid)
+        if expired is not None and expired.endpoint == frame.endpoint:
+            return self._probe(expired, frame, now)
         # a new uuid; a previous holder of the same endpoint that looks dead (a
         # process that died without D, whose port was reused) is superseded
         previous = self._by_endpoint.get(frame.endpoint)
@@ -485,19 +526,59 @@ class NamingState:
             old = self._peers.pop(previous)
             self._counters.add("peers_expired")
             out.append(PeerExpired(old.peer))
-        peer = self._peer(frame, now)
-        self._peers[frame.uuid] = _Entry(peer=peer, seen=now)
-        self._by_endpoint[frame.endpoint] = frame.uuid
-        self._counters.add("peers_joined")
+        self._expired.pop(frame.uuid, None)
         out.append(ConnectData(frame.endpoint))
-        out.append(PeerJoined(peer))
+        out.extend(self._list(frame, now))
         # tell the newcomer about us (OZ's late-joiner rule); our own first C
         # needs no echo
-        if not own:
-            out.append(SendNaming(NamingType.CONNECT))
-        else:
+        if own:
             out.extend(self._heard_own(now))
         return out
+
+    def _list(self, frame: NamingFrame, now: float) -> list[Action]:
+        """Record a peer; tell it about us (OZ's late-joiner rule; our own first C
+        needs no echo)."""
+        peer = self._peer(frame, now)
+        self._peers[frame.uuid] = _Entry(peer=peer, seen=now, joined=now)
+        self._by_endpoint[frame.endpoint] = frame.uuid
+        self._counters.add("peers_joined")
+        out: list[Action] = [PeerJoined(peer)]
+        if frame.uuid != self.uuid:
+            out.append(SendNaming(NamingType.CONNECT))
+        return out
+
+    def _probe(self, x: _Expired, frame: NamingFrame, now: float) -> list[Action]:
+        """An announcement from a peer expired on link evidence: try its link (at most
+        one probe at a time, spaced by a doubling delay), list it only if it comes up."""
+        x.frame = frame
+        if x.probe_since is not None or now < x.next_probe:
+            return []
+        if frame.endpoint in self._by_endpoint:
+            return []  # someone else holds that endpoint now
+        x.probe_since = now
+        self._counters.add("probes")
+        return [ConnectData(frame.endpoint)]
+
+    def _probed(self, endpoint: str, up: bool, now: float) -> list[Action]:
+        """Link state of an endpoint that no listed peer holds: a probe's outcome."""
+        probes = self._expired.items()
+        found = next(((u, x) for u, x in probes if x.endpoint == endpoint and x.probe_since), None)
+        if found is None:
+            return []
+        uuid, x = found
+        assert x.probe_since is not None
+        if up and x.frame is not None:  # it is alive after all: list it again
+            del self._expired[uuid]
+            out = self._list(x.frame, now)
+            self._peers[uuid].link_up = True
+            self._peers[uuid].link_seen = now
+            return out
+        if now - x.probe_since > self.expire_window:
+            x.probe_since = None
+            x.next_probe = now + x.delay
+            x.delay = min(2 * x.delay, _PROBE_MAX)
+            return [DisconnectData(endpoint)]
+        return []
 
     def _heard_own(self, now: float) -> list[Action]:
         self._announce = False
@@ -546,7 +627,19 @@ class NamingState:
                 continue
             if not beacons and entry.link_seen is None:
                 continue  # beacons off and the link was never up: no evidence either way
-            last = max(entry.seen, entry.link_seen or entry.seen)
+            # the link's evidence, not the beacons' (which anyone can replay)
+            last = entry.joined if entry.link_seen is None else entry.link_seen
             if now - last > window:
                 out.extend(self._forget(uuid, PeerExpired(entry.peer), "peers_expired"))
+                self._remember_expired(uuid, entry.peer.endpoint, now)
+        if only is None:
+            for x in self._expired.values():  # probes whose link never came up
+                if x.probe_since is not None and now - x.probe_since > window:
+                    out.extend(self._probed(x.endpoint, False, now))
         return out
+
+    def _remember_expired(self, uuid: str, endpoint: str, now: float) -> None:
+        if len(self._expired) >= _EXPIRED_MAX:
+            del self._expired[next(iter(self._expired))]
+        window = self.expire_window
+        self._expired[uuid] = _Expired(endpoint, next_probe=now, delay=window)

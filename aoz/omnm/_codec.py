@@ -36,7 +36,10 @@ from ._model import (
     new_field,
 )
 
-__all__ = ["MAX_DEPTH", "decode", "encode", "field_from_value", "narrowest_int_type"]
+__all__ = [
+    "MAX_DEPTH", "READER_BY_ID", "WRITER_BY_ID", "decode", "encode", "field_from_value",
+    "narrowest_int_type",
+]
 
 
 #: nested MSG / VECTOR_MSG levels accepted by :func:`decode` (and written by :func:`encode`)
@@ -101,7 +104,7 @@ def _encode_into(buf: bytearray, message: FieldsLike, depth: int) -> None:
             raise EncodeError(f"an omnm message holds omnm.Field values, not {f!r}")
         name, fid, t, value = f
         hit = _header_cache.get(name)
-        if hit is not None and hit[0] == fid and hit[1] is t:
+        if hit is not None and hit[0] == fid and hit[1] is t and type(fid) is int:
             buf += hit[2]
         else:
             t = _header(buf, name, fid, t)
@@ -112,7 +115,7 @@ def _encode_into(buf: bytearray, message: FieldsLike, depth: int) -> None:
                     buf += s.pack(value)
                     continue
                 raise TypeError(f"needs a number, not {type(value).__name__}")
-            _WRITER_BY_ID[t](buf, value, depth)
+            WRITER_BY_ID[t](buf, value, depth)
         except (struct.error, TypeError, ValueError, OverflowError) as exc:
             tn = t.name if isinstance(t, FieldType) else repr(t)
             raise EncodeError(
@@ -133,7 +136,10 @@ def _header(buf: bytearray, name: Any, fid: Any, t: Any) -> FieldType:
             )
         name_b = b"\0"
     elif isinstance(name, str):
-        name_b = name.encode("utf-8", "surrogateescape") + b"\0"
+        try:
+            name_b = name.encode("utf-8", "surrogateescape") + b"\0"
+        except UnicodeEncodeError as exc:  # a lone surrogate that no wire byte gave
+            raise EncodeError(f"field name {name!r} is not valid text: {exc.reason}") from None
         if b"\0" in name_b[:-1]:
             raise EncodeError(f"field name {name!r} contains NUL, which ends names on the wire")
     else:
@@ -354,7 +360,7 @@ def _decode(buf: bytes, pos: int, end: int, depth: int) -> Message:
                 pos = nxt
                 continue
             # malformed: the general reader below says what is wrong
-        value, pos = _READER_BY_ID[tb](buf, pos, end, depth, t)
+        value, pos = READER_BY_ID[tb](buf, pos, end, depth, t)
         append(new_field(Field, (name, fid, t, value)))
     return Message._of(fields)
 
@@ -504,10 +510,12 @@ _READERS: Final[dict[FieldType, _Reader]] = {
     **{t: _vector_reader(f) for t, f in _VECTOR_FMT.items()},
 }
 
-# indexed by type byte; None for the fixed-width scalars (struct-packed inline) and unknowns
-_WRITER_BY_ID: Final[list[Any]] = [None] * 256
-_READER_BY_ID: Final[list[Any]] = [None] * 256
+# Indexed by type byte; None for the fixed-width scalars (struct-packed inline) and unknowns.
+# The compiled twin (_fast.pyx) uses these for the vector types, so that both apply
+# one set of rules to them.
+WRITER_BY_ID: Final[list[Any]] = [None] * 256
+READER_BY_ID: Final[list[Any]] = [None] * 256
 for _t, _w in _WRITERS.items():
-    _WRITER_BY_ID[_t] = _w
+    WRITER_BY_ID[_t] = _w
 for _t, _r in _READERS.items():
-    _READER_BY_ID[_t] = _r
+    READER_BY_ID[_t] = _r

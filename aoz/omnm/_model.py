@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import enum
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from operator import itemgetter
 from typing import Any, ClassVar, Final, NamedTuple, TypeAlias
 
 import msgspec
@@ -173,30 +174,54 @@ class Message:
     by name, ``msg[22]`` by fid (an ``int`` key is always a fid). Iteration yields
     every :class:`Field`, in order.
 
+    Lookups cost O(1): the first one builds an index of the names and fids (first match
+    kept), and later ones use it. The index follows :meth:`add`, appends to ``fields``
+    and assignments of ``fields``; after replacing or removing fields of the list in
+    place, assign it back (``msg.fields = msg.fields``) to have it rebuilt.
+
     >>> m = Message({"symbol": "IBM", "bid": 135.25})
     >>> m.add("qty", 100, fid=12, type=FieldType.U32)["qty"], m[12], m.field("bid").type
     (100, 100, <FieldType.F64: 25>)
     """
 
-    __slots__ = ("fields",)
+    __slots__ = ("_fields", "_index")
 
-    fields: list[Field]
+    _fields: list[Field]
+    # (first position of each name, first position of each fid, len(fields) indexed)
+    _index: tuple[dict[Any, int], dict[Any, int], int] | None
 
     def __init__(self, fields: FieldsLike | None = None) -> None:
+        self._index = None
         if fields is None:
-            self.fields = []
+            self._fields = []
+        elif type(fields) is list and set(map(type, fields)) <= _FIELD_TYPES:
+            self._fields = fields.copy()  # ready Fields, the common case
         elif isinstance(fields, Message):
-            self.fields = list(fields.fields)
+            self._fields = list(fields._fields)
         elif isinstance(fields, Mapping):
-            self.fields = [field_from_value(k, 0, v) for k, v in fields.items()]
+            self._fields = [field_from_value(k, 0, v) for k, v in fields.items()]
         else:
-            self.fields = [f if isinstance(f, Field) else Field(*f) for f in fields]
+            lst = list(fields)
+            if not set(map(type, lst)) <= _FIELD_TYPES:
+                lst = [f if isinstance(f, Field) else Field(*f) for f in lst]
+            self._fields = lst
+
+    @property
+    def fields(self) -> list[Field]:
+        """The fields in wire order (a list: append to it, or assign a new one)."""
+        return self._fields
+
+    @fields.setter
+    def fields(self, fields: list[Field]) -> None:
+        self._fields = fields
+        self._index = None
 
     @classmethod
     def _of(cls, fields: list[Field]) -> Message:
         # the decoder's constructor: the fields are already checked Field values
         m = cls.__new__(cls)
-        m.fields = fields
+        m._fields = fields
+        m._index = None
         return m
 
     def add(
@@ -207,45 +232,87 @@ class Message:
         Returns the message, so calls chain.
         """
         v = value if type is None else Typed(type, value)
-        self.fields.append(field_from_value(name, fid, v))
+        self._fields.append(field_from_value(name, fid, v))
         return self
+
+    def _reindex(self) -> tuple[dict[Any, int], dict[Any, int], int]:
+        fields = self._fields
+        n = len(fields)
+        # built from the last field to the first, so that the first of a name wins
+        backwards = fields[::-1]
+        where = range(n - 1, -1, -1)
+        try:
+            index = (
+                dict(zip(map(_NAME, backwards), where, strict=True)),
+                dict(zip(map(_FID, backwards), where, strict=True)),
+                n,
+            )
+        except TypeError:  # an unhashable name or fid, which no key can match: left out
+            names: dict[Any, int] = {}
+            fids: dict[Any, int] = {}
+            for i, f in enumerate(fields):
+                for table, key in ((names, f[0]), (fids, f[1])):
+                    try:
+                        table.setdefault(key, i)
+                    except TypeError:
+                        pass
+            index = (names, fids, n)
+        self._index = index
+        return index
 
     def field(self, key: str | int) -> Field | None:
         """The first field named ``key`` (``str``) or with fid ``key`` (``int``), or None."""
-        if isinstance(key, str):
-            for f in self.fields:
-                if f.name == key:
-                    return f
-        else:
-            for f in self.fields:
-                if f.fid == key:
-                    return f
-        return None
+        fields = self._fields
+        index = self._index
+        if index is None or index[2] != len(fields):
+            index = self._reindex()
+        by_name = isinstance(key, str)  # else by fid
+        try:
+            i = (index[0] if by_name else index[1]).get(key)
+        except TypeError:  # unhashable: no field has it
+            return None
+        if i is None:
+            return None
+        f = fields[i]
+        if (f[0] if by_name else f[1]) == key:
+            return f
+        # a field was replaced in place: index again (once)
+        index = self._reindex()
+        i = (index[0] if by_name else index[1]).get(key)
+        return None if i is None else fields[i]
 
     def get(self, key: str | int, default: Any = None) -> Any:
         """The value of the first field matching ``key`` (see :meth:`field`), or ``default``."""
         f = self.field(key)
-        return default if f is None else f.value
+        return default if f is None else f[3]
 
     def __getitem__(self, key: str | int) -> Any:
+        # field(), inlined for the common case: a current index and a hit by name
+        index = self._index
+        if index is not None and type(key) is str and index[2] == len(self._fields):
+            i = index[0].get(key)
+            if i is not None:
+                hit = self._fields[i]
+                if hit[0] == key:
+                    return hit[3]
         f = self.field(key)
         if f is None:
             raise KeyError(key)
-        return f.value
+        return f[3]
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str | int) and self.field(key) is not None
 
     def __iter__(self) -> Iterator[Field]:
-        return iter(self.fields)
+        return iter(self._fields)
 
     def __len__(self) -> int:
-        return len(self.fields)
+        return len(self._fields)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Message):
             return NotImplemented
-        return self.fields == other.fields
+        return self._fields == other._fields
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 
@@ -269,6 +336,11 @@ class Message:
             for f in self.fields
         )
         return f"omnm.Message({inner})"
+
+
+#: Message.__init__ as written above: aoz.omnm._backend may install the compiled one
+#: (for a list of ready Fields), which hands every other argument to this one
+PURE_MESSAGE_INIT: Final = Message.__init__
 
 
 def printable(text: str) -> str:
@@ -303,6 +375,9 @@ def _plain(value: Any, plain: bool) -> Any:
 
 
 _FT = FieldType
+_FIELD_TYPES: Final = frozenset({Field})
+_NAME: Final = itemgetter(0)
+_FID: Final = itemgetter(1)
 # Field(...) without NamedTuple's Python-level __new__ (hot in decoding and inference)
 new_field: Final[Callable[[type[Field], tuple[Any, ...]], Field]] = tuple.__new__
 

@@ -36,6 +36,7 @@ bytes) and omnm (``'O'``, when omnm is asked for) send another first byte.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from typing import Final
 
 __all__ = ["FLAG", "HEADER_LEN", "SequenceTracker", "encode_header", "gap", "is_sequenced",
@@ -89,49 +90,149 @@ class SequenceTracker:
     """The last number seen per (subject, publisher), and what a new one says is missing.
 
     Pure and bounded. The receive hot path reads :attr:`last_seen` directly (subject ->
-    ``[publisher, last]`` of the subject's latest publisher) and calls :meth:`check`
-    only when a frame is not simply that publisher's next number, so one publisher per
-    subject, the common case, costs one lookup per frame. The table forgets everything
-    when it would exceed ``max_streams`` (the first frame of each stream after that is
-    a new start, never a loss).
+    ``[publisher, last, mark]`` of the subject's latest publisher) and calls
+    :meth:`check` only when a frame is not simply that publisher's next number, so one
+    publisher per subject, the common case, costs one lookup per frame.
+
+    Memory and eviction (never silent):
+
+    - At most ``max_streams`` (subject, publisher) pairs are kept (default 1,048,576).
+      A stream costs about 165 bytes with a 16-byte subject: 100,000 streams take
+      ~16 MiB, the bound ~165 MiB (``python -m benchmarks.scale``).
+    - Idleness needs no clock on the hot path: every ``idle_after`` seconds (``now``
+      comes with :meth:`check`) a sweep copies each subject's last number into its
+      ``mark``; a subject whose number had not moved since the previous sweep has been
+      idle for at least ``idle_after`` seconds (default 60).
+    - A new stream arriving at the bound evicts the idle subjects first, else the
+      oldest (one eighth of the table at a time). Every evicted stream is remembered
+      as a 64-bit key (at most ``max_streams`` keys, ~70 bytes each); when it is seen
+      again it is counted in :attr:`restarted` (its gap cannot be known), never as a
+      gap of zero. If that memory is full too, every new stream that does not start at
+      number 1 counts as restarted: over-reported, never silent.
+    - A stream whose number jumps backwards (its publisher restarted its numbering)
+      counts as restarted too.
+    - :meth:`forget` drops the streams of subjects no subscription receives any more
+      (an unsubscribe): a gap across that absence is not a loss and is not counted.
 
     >>> t = SequenceTracker()
     >>> t.check(b"S", 1, 1), t.check(b"S", 1, 4), t.check(b"S", 2, 9), t.check(b"S", 1, 5)
     (0, 2, 0, 0)
     """
 
-    __slots__ = ("_streams", "count", "last_seen", "max_streams")
+    __slots__ = ("_evicted", "_evicted_full", "_idle", "_next_sweep", "_streams", "count",
+                 "evictions", "idle_after", "last_seen", "max_streams", "restarted")
 
-    def __init__(self, max_streams: int = 65536) -> None:
+    def __init__(self, max_streams: int = 1 << 20, idle_after: float = 60.0) -> None:
+        #: subject -> [latest publisher, its last number, its number at the last sweep]
         self.last_seen: dict[bytes, list[int]] = {}
         # subject -> publisher -> last number, for every publisher but the latest, whose
-        # number last_seen holds
+        # number last_seen holds (only subjects with more than one publisher)
         self._streams: dict[bytes, dict[int, int]] = {}
         self.count = 0  #: (subject, publisher) pairs known
         self.max_streams = max_streams
+        self.idle_after = idle_after
+        self.restarted = 0  #: streams seen again after eviction, or renumbered
+        self.evictions = 0  #: streams evicted at the bound
+        self._evicted: set[int] = set()
+        self._evicted_full = False
+        self._next_sweep: float | None = None
+        self._idle: list[bytes] = []  # subjects found idle by the last sweep
 
-    def check(self, subject: bytes, publisher: int, sequence: int) -> int:
+    def check(self, subject: bytes, publisher: int, sequence: int, now: float = 0.0) -> int:
         """Record ``sequence`` from ``publisher`` on ``subject``; returns how many of its
-        messages are missing just before it."""
-        streams = self._streams.get(subject)
-        if streams is None:
-            if self.count >= self.max_streams:
-                self.clear()
-            streams = self._streams[subject] = {}
+        messages are missing just before it (``now``: seconds, for the idle sweeps)."""
+        if self._next_sweep is None:
+            self._next_sweep = now + self.idle_after
+        elif now >= self._next_sweep:
+            self._sweep(now)
         st = self.last_seen.get(subject)
         if st is not None and st[0] == publisher:
             last: int | None = st[1]
         else:
-            last = streams.pop(publisher, None)
+            streams = self._streams.get(subject)
+            last = None if streams is None else streams.pop(publisher, None)
             if last is None:
+                if self.count >= self.max_streams:
+                    self._evict()
+                    st = self.last_seen.get(subject)
+                    streams = self._streams.get(subject)
                 self.count += 1
-            if st is not None:
-                streams[st[0]] = st[1]  # the previous latest publisher goes to the table
-        self.last_seen[subject] = [publisher, sequence]
-        return gap(last, sequence)
+                self._new_stream(subject, publisher, sequence)
+            if st is not None:  # the previous latest publisher goes to the table
+                if streams is None:
+                    streams = self._streams[subject] = {}
+                streams[st[0]] = st[1]
+            if streams is not None and not streams:
+                del self._streams[subject]
+        self.last_seen[subject] = [publisher, sequence, -1]
+        if last is None:
+            return 0
+        missing = (sequence - last - 1) % _WRAP
+        if missing >= _MAX_GAP:
+            if sequence != last:
+                self.restarted += 1  # numbered from scratch: what came between is unknown
+            return 0
+        return missing
+
+    def forget(self, subjects: Iterable[bytes]) -> int:
+        """Forget every stream of ``subjects`` (no subscription receives them any more:
+        a gap across that absence is not a loss); returns how many streams."""
+        n = 0
+        for subject in list(subjects):
+            if self.last_seen.pop(subject, None) is not None:
+                n += 1 + len(self._streams.pop(subject, ()))
+        self.count -= n
+        return n
+
+    def subjects(self, prefix: bytes = b"") -> list[bytes]:
+        """The tracked subjects that start with ``prefix``."""
+        return [sb for sb in self.last_seen if sb.startswith(prefix)]
 
     def clear(self) -> None:
         """Forget every stream (a gap across this is not counted)."""
         self._streams.clear()
         self.last_seen.clear()
         self.count = 0
+
+    def _new_stream(self, subject: bytes, publisher: int, sequence: int) -> None:
+        if not self.evictions:
+            return
+        key = hash((subject, publisher))
+        if key in self._evicted:
+            self._evicted.discard(key)
+            self.restarted += 1
+        elif self._evicted_full and sequence != 1:
+            self.restarted += 1
+
+    def _sweep(self, now: float) -> None:
+        """Mark every stream's number; unchanged since the last sweep means idle."""
+        self._next_sweep = now + self.idle_after
+        idle = self._idle
+        idle.clear()
+        for subject, st in self.last_seen.items():
+            if st[2] == st[1]:
+                idle.append(subject)  # unchanged for a whole interval
+            else:
+                st[2] = st[1]
+
+    def _evict(self) -> None:
+        """Make room: idle subjects first, else the oldest; remember what went."""
+        last_seen = self.last_seen
+        # still unmoved since the sweep that found them idle (a stream seen again has
+        # mark -1, a moved one a number other than its mark)
+        idle = [sb for sb in self._idle if (st := last_seen.get(sb)) and st[2] == st[1]]
+        self._idle.clear()
+        if not idle:
+            quota = max(1, len(self.last_seen) // 8)
+            idle = [sb for sb, _ in zip(last_seen, range(quota), strict=False)]
+        evicted = self._evicted
+        for subject in idle:
+            st = last_seen.pop(subject)
+            publishers = [st[0], *self._streams.pop(subject, ())]
+            self.count -= len(publishers)
+            self.evictions += len(publishers)
+            for pid in publishers:
+                if len(evicted) >= self.max_streams:
+                    self._evicted_full = True
+                else:
+                    evicted.add(hash((subject, pid)))

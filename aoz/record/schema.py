@@ -14,6 +14,7 @@ column               Arrow type                    filled from
 ``publisher_seq``    int64, nullable               aoz's sequence header: number on the subject
 ``codec``            int64                         the payload's codec id (79 omnm, -1 foreign)
 ``payload``          binary                        the codec byte and the body (no sequence header)
+``omnm_fields``      string, nullable              an omnm payload's every field, as typed JSON
 ===================  ============================  ================================================
 
 An aoz publisher's payloads carry its publisher id and a per-subject sequence number
@@ -34,6 +35,15 @@ omnm messages (OZ programs' payloads) fill the same columns by field name (the f
 field of a name wins; TIME as a timestamp, PRICE as its value), so a Struct that
 describes an OZ feed's fields gives Spark typed columns for it.
 Fields that feed the fixed columns (``sender``, ``seq``...) are not repeated.
+
+So that recording an OpenMAMA feed loses no field, ``omnm_fields`` holds every field of
+an omnm payload, declared in a Struct or not, as the typed JSON of
+:func:`aoz.omnm.to_json`: a list of ``{"name", "fid", "type", "value"}`` in wire order,
+duplicates kept (F32/F64 NaN and infinities as strings, OPAQUE as hex, TIME and PRICE
+as objects). It is null for other codecs and for omnm payloads that do not parse. In
+Spark, ``from_json(omnm_fields, "array<struct<name:string,fid:int,type:string,
+value:string>>")`` gives the fields as rows (``value``: a string's text, the JSON text of
+other values).
 
 Timestamps are microseconds with a UTC zone: Spark cannot read pyarrow's default
 nanosecond timestamps. Files are partitioned by the receive date:
@@ -85,6 +95,7 @@ FIXED_COLUMNS: Final = (
     Column("publisher_seq", "int"),
     Column("codec", "int"),
     Column("payload", "bytes"),
+    Column("omnm_fields", "string"),
 )
 
 SENDER_FIELDS: Final = ("sender",)
@@ -188,6 +199,7 @@ def _arrow_type(kind: ColumnKind) -> Any:
 
 
 _MSGPACK: Final = msgspec.msgpack.Decoder()
+_JSON_ENCODER: Final = msgspec.json.Encoder()
 _JSON: Final = msgspec.json.Decoder()
 
 
@@ -421,14 +433,17 @@ def build_tables(
                 errors += bad
                 for i, v in zip(idx, values, strict=True):
                     fields[i] = v
+    omnm_fields: list[str | None] = [None] * len(rows)
     if 0x4F in codecs:  # OpenMAMA omnm (OZ programs' payloads): fields by name, row by row
         for i, codec in enumerate(codecs):
             if codec == 0x4F:
                 try:
-                    named = omnm.decode(payloads[i]).to_dict(plain=True)
-                    fields[i] = msgspec.convert(named, dec.row)
+                    msg = omnm.decode(payloads[i])
+                    fields[i] = msgspec.convert(msg.to_dict(plain=True), dec.row)
                 except (DecodeError, msgspec.ValidationError):
                     errors += 1
+                    continue
+                omnm_fields[i] = _JSON_ENCODER.encode(omnm.to_json(msg)).decode()
 
     def col(name: str) -> list[Any]:
         return list(map(attrgetter(dec.attr[name]), fields))
@@ -458,6 +473,7 @@ def build_tables(
         "codec": pa.array(codecs if max(codecs) <= 3 else [c if c <= 3 or c == 0x4F else -1
                                                            for c in codecs], type=pa.int64()),
         "payload": pa.array(payloads, type=pa.binary()),
+        "omnm_fields": pa.array(omnm_fields, type=pa.string()),
     }  # fmt: skip
     for c in decoded:
         arrays[c.name] = _column(col(c.name), c.kind)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid as uuidlib
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -196,13 +197,37 @@ def test_silent_peer_with_a_down_link_expires() -> None:
     assert st_.counters["peers_expired"] == 1
 
 
-def test_beaconing_peer_with_a_down_link_is_kept() -> None:
+def data_events(actions: list[Any]) -> list[str]:
+    return [k for k in kinds(actions) if k != "SendNaming"]
+
+
+def test_a_beaconing_peer_with_a_down_link_expires_on_the_links_evidence() -> None:
+    """Beacons can be replayed by anyone who reaches an nsd; the data link cannot
+    (issue #22): a peer whose link is down is expired whatever its beacons say."""
     st_ = ready()
     st_.received(other(2), 0.0)
+    ep = other(2).endpoint
+    st_.link_state(ep, True, 0.5)
+    out = []
     for t in range(1, 10):
-        st_.received(other(2, BEACON), float(t))
-        assert st_.link_state(other(2).endpoint, False, t + 0.5) == []
-        assert not any(isinstance(a, PeerExpired) for a in st_.tick(t + 0.5))
+        out += st_.received(other(2, BEACON), float(t))
+        out += st_.link_state(ep, False, t + 0.5)
+        out += st_.tick(t + 0.5)
+        if t == 4:  # down since 0.5 (last seen up) for more than the 3 s window
+            assert data_events(out)[-2:] == ["DisconnectData", "PeerExpired"]
+    assert data_events(out).count("PeerExpired") == 1 and "PeerJoined" not in kinds(out)
+    assert other(2).uuid not in {p.uuid for p in st_.peers}
+    # its beacons only probe the link: connect at 5, give up at 8.5, wait 3 s more
+    assert data_events(out)[-4:] == ["DisconnectData", "PeerExpired", "ConnectData",
+                                     "DisconnectData"]
+    assert st_.counters["probes"] == 1
+    assert st_.received(other(2, BEACON), 11.0) == []  # still waiting
+    assert kinds(st_.received(other(2, BEACON), 12.0)) == ["ConnectData"]
+    assert ep in st_.peer_endpoints()
+    # this time its link comes up: it is alive, listed again
+    assert kinds(st_.link_state(ep, True, 12.2)) == ["PeerJoined", "SendNaming"]
+    assert other(2).uuid in {p.uuid for p in st_.peers}
+    assert not any(isinstance(a, PeerExpired) for a in st_.tick(20.0))  # link up
 
 
 def test_never_expires_itself() -> None:

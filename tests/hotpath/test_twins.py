@@ -131,7 +131,7 @@ def run(drain: Any, specs: list[SubSpec], frames: list[bytes], error: int | None
                   plane.holds),
         "replies": replies,
         "sequences": (plane.sequences.last_seen, plane.sequences._streams,
-                      plane.sequences.count),
+                      plane.sequences.count, plane.sequences.restarted),
     }
 
 

@@ -34,7 +34,8 @@ async def test_version_and_log_level_anywhere(spawn: Spawn) -> None:
     version = await spawn([str(AOZ), "--version"])
     rc, out, err = await version.finish()
     assert rc == 0, err
-    assert out.strip() == f"aoz {aoz.__version__} (hot path: {aoz.hot_path()})"
+    assert out.strip() == (f"aoz {aoz.__version__} (hot path: {aoz.hot_path()}, "
+                           f"omnm codec: {aoz.omnm.implementation()})")
     for argv in (["--log-level", "loud", "sub", "X"], ["sub", "X", "--log-level=loud"]):
         bad = await spawn([str(AOZ), *argv])
         rc, out, err = await bad.finish()

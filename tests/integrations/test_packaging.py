@@ -93,8 +93,10 @@ def test_the_wheel_carries_the_license(wheel: Path) -> None:
         meta = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "License-Expression: MIT" in meta
     assert "aoz/py.typed" in names and "aoz/_speedups.pyi" in names
-    if shutil.which("cc") or shutil.which("gcc"):  # the compiled hot path is in the wheel
+    assert "aoz/omnm/_fast.pyi" in names
+    if shutil.which("cc") or shutil.which("gcc"):  # the compiled twins are in the wheel
         assert any(n.startswith("aoz/_speedups.") and n.endswith(".so") for n in names), names
+        assert any(n.startswith("aoz/omnm/_fast.") and n.endswith(".so") for n in names), names
     assert not any(n.endswith((".c", ".pyx")) for n in names), names
     assert (REPO / "LICENSE").read_text().startswith("MIT License")
 
@@ -144,12 +146,13 @@ def test_the_repaired_manylinux_wheel_imports_the_compiled_path(
     site = tmp_path / "site"
     with zipfile.ZipFile(repaired) as zf:
         zf.extractall(site)
-    code = ("import aoz, aoz._speedups as s; "
-            "print(aoz.hot_path(), s.__file__)")
+    code = ("import aoz, aoz._speedups as s, aoz.omnm._fast as f; "
+            "print(aoz.hot_path(), s.__file__, aoz.omnm.implementation(), f.__file__)")
     env = {k: v for k, v in os.environ.items() if k != "AOZ_PURE_PYTHON"}
     env["PYTHONPATH"] = str(site)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    path, loaded = proc.stdout.split()
+    path, loaded, codec, codec_loaded = proc.stdout.split()
     assert path == "compiled" and loaded.startswith(str(site)), proc.stdout
+    assert codec == "compiled" and codec_loaded.startswith(str(site)), proc.stdout

@@ -9,7 +9,9 @@ import pytest
 
 
 @pytest.mark.parametrize(
-    "module", ["aoz.omnm._model", "aoz.omnm._codec", "aoz.omnm._json", "aoz.protocol.codecs"]
+    "module",
+    ["aoz.omnm._model", "aoz.omnm._codec", "aoz.omnm._json", "aoz.omnm._backend",
+     "aoz.protocol.codecs"],
 )
 def test_docstring_examples(module: str) -> None:
     mod = importlib.import_module(module)
