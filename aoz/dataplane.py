@@ -131,6 +131,7 @@ class DataPlane:
             self._mon = sub.get_monitor_socket(DATA_MONITOR_EVENTS)
         kick = self._kicker(sub)
         self.receive.kick = self.links.kick = kick
+        self.links.held = lambda: self.receive.holds > 0
         if s.mode in ("naming", "udp"):
             # the transport seam: tcp on publish_address, or ipc (aoz.endpoints)
             self._bind(bind_endpoint(s, self._uuid))

@@ -52,6 +52,8 @@ class PeerLinkTable:
         self.closing = False
         #: re-run the SUB's drain: a socket call may have eaten its fd signal
         self.kick: Callable[[], None] = lambda: None
+        #: whether the SUB is held (not read: a full overflow="block" subscription)
+        self.held: Callable[[], bool] = lambda: False
         #: a link's state changed (liveness pushes link events from it)
         self.on_change: Callable[[], None] = lambda: None
 
@@ -161,9 +163,8 @@ class PeerLinkTable:
             self.on_change()
         if self._guard is not None:  # runs at least every second (the reader's safety)
             self._guard.tick(time.monotonic())
-        if self.sub is not None and not self.closing:
+        if self.sub is not None and not self.closing and self.held():
             # a SUB held by a full blocking subscription is not read: let libzmq finish
             # its disconnects anyway (zeromq/libzmq#4052, see sockopts)
             finish_disconnects(self.sub)
-            self.kick()
         return n
