@@ -6,13 +6,15 @@ Markers given here, by where a test lives or what it uses, so a new test lands i
 right set without anyone listing it:
 
 - ``twin``: every test under one of ``TWIN_DIRS``, or in a module that says
-  ``pytestmark = pytest.mark.twin``. These run a node's data plane in this process: the
-  receive drain, the sender and the publish entries, the one part of aoz that exists
-  twice (compiled in ``aoz/_speedups.pyx``, pure Python in ``aoz/_hotpath.py``). `make
-  test` runs them a second time with ``AOZ_PURE_PYTHON=1``; every other test runs the
-  same Python code on either path (``aoz/protocol/``, ``aoz/message.py`` and
-  ``aoz/subscription.py`` are one source for both; only what the data plane feeds them
-  differs), so running it twice would measure nothing new.
+  ``pytestmark = pytest.mark.twin``. These run what exists twice, compiled and pure
+  Python, chosen by ``AOZ_PURE_PYTHON``: a node's data plane in this process (the
+  receive drain, the sender and the publish entries: ``aoz/_speedups.pyx`` and
+  ``aoz/_hotpath.py``) and the omnm codec (``aoz/omnm/_fast.pyx`` and
+  ``aoz/omnm/_codec.py``). `make test` runs them a second time with
+  ``AOZ_PURE_PYTHON=1``; every other test runs the same Python code on either path
+  (``aoz/protocol/``, ``aoz/message.py`` and ``aoz/subscription.py`` are one source for
+  both; only what the data plane feeds them differs), so running it twice would measure
+  nothing new.
 - ``spark``: every test using the ``spark`` or ``spark_cluster`` fixture
   (tests/pipeline/conftest.py), besides the modules marked by hand. `make test` runs
   these in a pytest process of their own, one after another, beside the rest of the
@@ -30,6 +32,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 import aoz
 
@@ -39,6 +42,11 @@ from .leaks import leak_check, no_leaked_sockets_or_fds
 __all__ = ["leak_check", "no_leaked_sockets_or_fds"]
 
 TESTS = Path(__file__).resolve().parent
+
+# Hypothesis's per-example deadline (200 ms) is a speed limit: tests check behaviour, and
+# beside the parallel suite on a loaded machine one example took 277 ms (make test).
+settings.register_profile("aoz", deadline=None)
+settings.load_profile("aoz")
 
 #: the directories whose tests all exercise the data plane's hot path (see above)
 # the data plane's twins (aoz/_hotpath.py, aoz/_speedups.pyx) and omnm's (aoz/omnm/_codec.py,

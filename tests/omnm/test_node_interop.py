@@ -19,9 +19,6 @@ from aoz.protocol.sequence import parse_header
 
 from .golden import by_name
 
-# OZ-framed publications, requests and replies go through the receive drain: run on both twins
-pytestmark = pytest.mark.twin
-
 QUOTE = omnm.Message([
     omnm.Field("wIssueSymbol", 305, FieldType.STRING, "IBM"),
     omnm.Field("wBidPrice", 237, FieldType.F64, 135.25),
