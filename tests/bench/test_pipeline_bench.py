@@ -23,6 +23,10 @@ def test_recorder_benchmark_smoke() -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=100,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "recorder : publisher =" in proc.stdout
-    (result,) = json.loads((ROOT / "benchmarks" / "out" / "pipeline-recorder.json").read_text())
-    assert result["lost"] == 0 and result["recorder"] > 0 and result["publisher"] > 0
+    for writer in ("thread", "process"):
+        assert f"recorder ({writer} writer) : publisher =" in proc.stdout, proc.stdout
+    assert "recorder-process CPU per million rows written" in proc.stdout
+    results = json.loads((ROOT / "benchmarks" / "out" / "pipeline-recorder.json").read_text())
+    assert sorted(r["writer"] for r in results) == ["process", "thread"]
+    for result in results:
+        assert result["lost"] == 0 and result["recorder"] > 0 and result["publisher"] > 0
