@@ -741,6 +741,10 @@ class _DriverPort:
         """Up both ways (:mod:`aoz.liveness`): what discovery's expiry rule asks."""
         return self._node._links.up(endpoint)
 
+    def link_silent(self, endpoint: str) -> bool:
+        """Connection attempts to ``endpoint`` get no answer (:mod:`aoz.peerlinks`)."""
+        return self._node._plane.links.silent(endpoint)
+
     def peer_event(self, event: PeerEvent) -> None:
         self._node._peer_hub.push(event)
         self._node._links.report()  # a new peer's link may already be up

@@ -1,12 +1,15 @@
 """Peer links: the data SUB's connections to peers' publishers, and what each one is.
 
 Owns, per endpoint the SUB connects to: whether aoz wants it connected, a pending
-disconnect (a departed peer's link may still drain for a short grace), and its state
+disconnect (a departed peer's link may still drain for a short grace), its state
 as the SUB's monitor reports it (up after ``HANDSHAKE_SUCCEEDED``, down after
-``DISCONNECTED``/``CLOSED``); and the :class:`~aoz.sockopts.HandshakeGuard` fed the same
-events, which stops libzmq's retry loop after failed handshakes and reconnects on a
-back-off. Both directions of a link, and the events users see, are
-:mod:`aoz.liveness`'s: this room only knows our SUB's side.
+``DISCONNECTED``/``CLOSED``), whether it is *silent* (the last connection attempt got
+no answer at all within the connect timeout: the network is cut, or the host is down;
+a port nobody listens on answers at once, with a refusal); and the
+:class:`~aoz.sockopts.HandshakeGuard` fed the same events, which stops libzmq's retry
+loop after failed handshakes and reconnects on a back-off. Both directions of a link,
+and the events users see, are :mod:`aoz.liveness`'s: this room only knows our SUB's
+side.
 
 It touches the SUB only to connect and disconnect it, and reads the SUB's monitor
 socket; both are created and closed by the data plane (:mod:`aoz.dataplane`).
@@ -25,7 +28,7 @@ from zmq.utils.monitor import parse_monitor_message
 from ._errmap import drain_error, mapped, tolerated
 from .config import Settings
 from .errors import TransportError
-from .sockopts import HandshakeGuard, finish_disconnects
+from .sockopts import CONNECT_TIMEOUT, HandshakeGuard, finish_disconnects
 
 __all__ = ["DISCONNECT_GRACE", "PeerLinkTable"]
 
@@ -33,6 +36,8 @@ log = logging.getLogger("aoz.node")
 
 DISCONNECT_GRACE = 0.5  # seconds a departed peer's data link may still drain
 _BATCH = 1024  # monitor events read per wake-up
+#: an attempt that ends this long after it began timed out: nobody answered
+_SILENT_AFTER = 0.8 * CONNECT_TIMEOUT
 # what pyzmq's parse_monitor_message raises for an event it cannot read
 _MALFORMED = (ValueError, KeyError, IndexError, UnicodeDecodeError, RuntimeError)
 
@@ -48,6 +53,8 @@ class PeerLinkTable:
         self.connected: set[str] = set()
         self._pending: dict[str, asyncio.TimerHandle] = {}
         self._state: dict[str, bool] = {}
+        self._attempt: dict[str, float] = {}  # endpoint -> when its connect attempt began
+        self._silent: set[str] = set()  # endpoints whose last attempt got no answer
         self._guard: HandshakeGuard | None = None
         self.closing = False
         #: re-run the SUB's drain: a socket call may have eaten its fd signal
@@ -114,6 +121,8 @@ class PeerLinkTable:
             return
         self.connected.discard(endpoint)
         self._state.pop(endpoint, None)
+        self._attempt.pop(endpoint, None)
+        self._silent.discard(endpoint)
         with tolerated(f"disconnect from {endpoint}", "the link is being dropped anyway"):
             self.sub.disconnect(endpoint)
         self.kick()
@@ -122,12 +131,34 @@ class PeerLinkTable:
         """Whether the SUB currently has a live connection to ``endpoint``."""
         return self._state.get(endpoint, False)
 
+    def silent(self, endpoint: str) -> bool:
+        """Whether the SUB's last attempt to connect to ``endpoint`` got no answer (no
+        connection, no refusal) within the connect timeout: a cut network or a host
+        that is down, not a process that has gone (its port refuses at once)."""
+        return endpoint in self._silent
+
     def close(self) -> None:
         """Cancel pending disconnects (the sockets are closing)."""
         self.closing = True
         for handle in self._pending.values():
             handle.cancel()
         self._pending.clear()
+
+    def _attempted(self, event: int, endpoint: str, now: float) -> None:
+        """Whether connection attempts to ``endpoint`` are answered (:meth:`silent`):
+        an attempt begins with ``CONNECT_DELAYED`` and ends with ``CLOSED`` (refused at
+        once, or timed out after the connect timeout) or ``CONNECTED``."""
+        if event == zmq.EVENT_CONNECT_DELAYED:
+            self._attempt[endpoint] = now
+        elif event == zmq.EVENT_CLOSED:
+            began = self._attempt.pop(endpoint, None)
+            if began is not None and now - began >= _SILENT_AFTER:
+                self._silent.add(endpoint)
+            else:
+                self._silent.discard(endpoint)
+        elif event in (zmq.EVENT_CONNECTED, zmq.EVENT_HANDSHAKE_SUCCEEDED):
+            self._attempt.pop(endpoint, None)
+            self._silent.discard(endpoint)
 
     def drain_monitor(self, sock: zmq.Socket[bytes]) -> int:
         """Read the SUB's monitor events: link state and the handshake guard."""
@@ -147,8 +178,10 @@ class PeerLinkTable:
                     continue
                 if endpoint not in self.connected:
                     continue  # a link already dropped: keep no state for it
+                now = time.monotonic()
                 if self._guard is not None:
-                    self._guard.event(ev["event"], endpoint, time.monotonic())
+                    self._guard.event(ev["event"], endpoint, now)
+                self._attempted(ev["event"], endpoint, now)
                 if ev["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                     changed |= self._state.get(endpoint) is not True
                     self._state[endpoint] = True

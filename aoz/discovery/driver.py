@@ -208,9 +208,16 @@ class DriverCore:
                 # a D or a second uuid for a known endpoint is judged by the data link
                 # (see state.py): tell the machine what that link is doing right now
                 ep = frame.endpoint
-                actions.extend(state.link_state(ep, links.link_up(ep), now))
+                actions.extend(self._link_state(ep, now))
             actions.extend(state.received(frame, now, first=first and i == 0))
         return actions
+
+    def _link_state(self, endpoint: str, now: float) -> list[Action]:
+        """Tell the state machine what the data link to ``endpoint`` is doing now."""
+        state, links = self._state, self._links
+        assert state is not None and links is not None
+        up = links.link_up(endpoint)
+        return state.link_state(endpoint, up, now, silent=links.link_silent(endpoint))
 
     def _poll_connections(self, now: float) -> None:
         """Report naming-subscription (re)connections; only the nsd driver has any."""
@@ -225,7 +232,7 @@ class DriverCore:
         if now >= self._next_link_check:
             self._next_link_check = now + min(state.expire_window / 3, 0.5)
             for ep in state.peer_endpoints():
-                actions.extend(state.link_state(ep, links.link_up(ep), now))
+                actions.extend(self._link_state(ep, now))
         actions.extend(state.tick(now))
         self._apply(actions)
 

@@ -38,6 +38,11 @@ class DataLinks(Protocol):
         """Whether the data link with the peer at ``endpoint`` is up both ways: our SUB's
         handshake with its publisher and its inbox filter at ours (:mod:`aoz.liveness`)."""
 
+    def link_silent(self, endpoint: str) -> bool:
+        """Whether our SUB's last attempt to connect to ``endpoint`` got no answer at all
+        (a cut network or a host that is down; a port nobody listens on refuses at
+        once): expiry then keeps trying that link for a while (:mod:`.state`)."""
+
     def peer_event(self, event: PeerEvent) -> None:
         """Fan a peer event out to ``node.peer_events()`` listeners."""
 

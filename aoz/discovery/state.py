@@ -130,6 +130,8 @@ __all__ = [
 _EXPIRED_MAX = 4096
 #: longest wait between two probes of such a peer's link, seconds
 _PROBE_MAX = 60.0
+#: how long the link of a peer expired behind a silent network (a cut) is kept trying
+_REJOIN_MAX = 60.0
 
 # ---------------------------------------------------------------- actions
 
@@ -224,6 +226,7 @@ class _Entry:
     seen: float  # last C/c, in the state machine's clock
     link_seen: float | None = None  # last time the data link was reported up
     link_up: bool = False
+    silent: bool = False  # connection attempts get no answer (a cut, not a dead process)
     leaving: float | None = None  # when a D arrived while the link was up
     joined: float = 0.0  # when it was listed
 
@@ -237,6 +240,7 @@ class _Expired:
     delay: float  # wait after the next failed probe
     probe_since: float | None = None  # a probe (a data connection attempt) is running
     frame: NamingFrame | None = None  # its announcement, to list it when its link is up
+    rejoin_until: float | None = None  # the probe that follows an expiry behind a cut
 
 
 @dataclass(slots=True)
@@ -255,6 +259,8 @@ class _Counters:
                 "peers_left",
                 "peers_expired",
                 "probes",
+                "rejoins",
+                "rejoined",
             ),
             0,
         )
@@ -437,17 +443,22 @@ class NamingState:
             out.extend(self._expire(now))
         return out
 
-    def link_state(self, endpoint: str, up: bool, now: float) -> list[Action]:
-        """The data SUB's link to ``endpoint`` is (``up``) or is not connected."""
+    def link_state(
+        self, endpoint: str, up: bool, now: float, *, silent: bool = False
+    ) -> list[Action]:
+        """The data SUB's link to ``endpoint`` is (``up``) or is not connected;
+        ``silent``: its connection attempts get no answer at all (a cut network or a
+        host that is down, not a process that has gone: a closed port refuses)."""
         uuid = self._by_endpoint.get(endpoint)
         if self.phase is not Phase.READY:
             return []
         if uuid is None:
-            return self._probed(endpoint, up, now)
+            return self._probed(endpoint, up, now, silent)
         if uuid == self.uuid:
             return []
         entry = self._peers[uuid]
         entry.link_up = up
+        entry.silent = silent and not up
         if up:
             entry.link_seen = now
             return []
@@ -559,26 +570,42 @@ class NamingState:
         self._counters.add("probes")
         return [ConnectData(frame.endpoint)]
 
-    def _probed(self, endpoint: str, up: bool, now: float) -> list[Action]:
+    def _probed(
+        self, endpoint: str, up: bool, now: float, silent: bool = False
+    ) -> list[Action]:
         """Link state of an endpoint that no listed peer holds: a probe's outcome."""
         probes = self._expired.items()
-        found = next(((u, x) for u, x in probes if x.endpoint == endpoint and x.probe_since), None)
+        found = next(
+            ((u, x) for u, x in probes if x.endpoint == endpoint and x.probe_since is not None),
+            None,
+        )
         if found is None:
             return []
         uuid, x = found
         assert x.probe_since is not None
         if up and x.frame is not None:  # it is alive after all: list it again
+            if x.rejoin_until is not None:
+                self._counters.add("rejoined")
             del self._expired[uuid]
             out = self._list(x.frame, now)
             self._peers[uuid].link_up = True
             self._peers[uuid].link_seen = now
             return out
+        if x.rejoin_until is not None:
+            if silent and now < x.rejoin_until:
+                return []  # still cut off: keep trying its link
+            x.rejoin_until = None  # refused (gone after all), or tried long enough
+            return self._end_probe(x, now)
         if now - x.probe_since > self.expire_window:
-            x.probe_since = None
-            x.next_probe = now + x.delay
-            x.delay = min(2 * x.delay, _PROBE_MAX)
-            return [DisconnectData(endpoint)]
+            return self._end_probe(x, now)
         return []
+
+    def _end_probe(self, x: _Expired, now: float) -> list[Action]:
+        """Let go of a probed link; the next probe waits twice as long."""
+        x.probe_since = None
+        x.next_probe = now + x.delay
+        x.delay = min(2 * x.delay, _PROBE_MAX)
+        return [DisconnectData(x.endpoint)]
 
     def _heard_own(self, now: float) -> list[Action]:
         self._announce = False
@@ -630,16 +657,53 @@ class NamingState:
             # the link's evidence, not the beacons' (which anyone can replay)
             last = entry.joined if entry.link_seen is None else entry.link_seen
             if now - last > window:
-                out.extend(self._forget(uuid, PeerExpired(entry.peer), "peers_expired"))
-                self._remember_expired(uuid, entry.peer.endpoint, now)
+                out.extend(self._expire_on_link(uuid, entry, now))
         if only is None:
-            for x in self._expired.values():  # probes whose link never came up
-                if x.probe_since is not None and now - x.probe_since > window:
+            for x in list(self._expired.values()):  # probes whose link never came up
+                if x.probe_since is None:
+                    continue
+                if x.endpoint in self._by_endpoint:  # a new peer holds it: its link now
+                    x.probe_since = x.rejoin_until = None
+                elif x.rejoin_until is not None:
+                    if now >= x.rejoin_until:
+                        out.extend(self._probed(x.endpoint, False, now))
+                elif now - x.probe_since > window:
                     out.extend(self._probed(x.endpoint, False, now))
         return out
 
-    def _remember_expired(self, uuid: str, endpoint: str, now: float) -> None:
+    def _expire_on_link(self, uuid: str, entry: _Entry, now: float) -> list[Action]:
+        """Expire a peer on its link's evidence. Behind a silent network (a cut: its
+        connection attempts get no answer, where a port nobody listens on would refuse)
+        its data connection is kept trying for up to :data:`_REJOIN_MAX` seconds, so a
+        healed cut brings its data back as soon as the network does, and its link
+        coming up lists it again; otherwise its link is let go of at once."""
+        peer = entry.peer
+        out: list[Action]
+        if not entry.silent:
+            out = self._forget(uuid, PeerExpired(peer), "peers_expired")
+            self._remember_expired(uuid, peer, now, out)
+            return out
+        del self._peers[uuid]
+        self._by_endpoint.pop(peer.endpoint, None)
+        self._counters.add("peers_expired")
+        self._counters.add("rejoins")
+        out = [PeerExpired(peer)]
+        x = self._remember_expired(uuid, peer, now, out)
+        x.probe_since = now
+        x.rejoin_until = now + _REJOIN_MAX
+        return out
+
+    def _remember_expired(
+        self, uuid: str, peer: Peer, now: float, out: list[Action]
+    ) -> _Expired:
         if len(self._expired) >= _EXPIRED_MAX:
-            del self._expired[next(iter(self._expired))]
+            oldest = self._expired.pop(next(iter(self._expired)))
+            if oldest.probe_since is not None and oldest.endpoint not in self._by_endpoint:
+                out.append(DisconnectData(oldest.endpoint))  # its probe ends with it
         window = self.expire_window
-        self._expired[uuid] = _Expired(endpoint, next_probe=now, delay=window)
+        # its last announcement as we knew it: the link's evidence alone may list it again
+        frame = NamingFrame(NamingType.CONNECT, peer.program, peer.host, peer.pid, peer.uuid,
+                            peer.endpoint)
+        x = self._expired[uuid] = _Expired(peer.endpoint, next_probe=now, delay=window,
+                                           frame=frame)
+        return x

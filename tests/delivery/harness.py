@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,25 @@ class Role:
                 if out[-1]["event"] == name:
                     return out
         raise AssertionError(f"no {name!r} event")
+
+    async def until(
+        self, done: Callable[[dict[str, Any]], bool], what: str, timeout: float = 30.0
+    ) -> list[dict[str, Any]]:
+        """Every event up to and including the first for which ``done`` is true."""
+        assert self.popen.stdout is not None
+        out: list[dict[str, Any]] = []
+        with anyio.fail_after(timeout):
+            for _ in range(1_000_000):
+                line = await anyio.to_thread.run_sync(
+                    self.popen.stdout.readline, abandon_on_cancel=True
+                )
+                if not line:
+                    err = self.popen.stderr.read() if self.popen.stderr else ""
+                    raise AssertionError(f"role exited before {what}: {err[-2000:]}")
+                out.append(json.loads(line))
+                if done(out[-1]):
+                    return out
+        raise AssertionError(f"no {what}")
 
     def stop_input(self) -> None:
         assert self.popen.stdin is not None

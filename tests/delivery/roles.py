@@ -26,31 +26,46 @@ async def stdin_closed() -> None:
     await anyio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)
 
 
+async def peer_events(node: aoz.Node) -> None:
+    """Report the node's peer events (link events included) with their times."""
+    async for ev in node.peer_events(links=True):
+        emit("peer", kind=ev.kind, uuid=ev.peer.uuid, t=time.monotonic())
+
+
 async def sub(p: dict[str, Any]) -> None:
-    """Count messages on a subject until one whose body is b"END"; report sequences."""
-    async with aoz.connect(connect=[p["endpoint"]], **p.get("settings", {})) as node:
+    """Count messages on a subject until one whose body is b"END"; report sequences.
+    With ``nsd`` it joins that nsd's mesh (and reports its peer events), otherwise it
+    connects to ``endpoint``."""
+    where = {"naming": [p["nsd"]]} if "nsd" in p else {"connect": [p["endpoint"]]}
+    async with aoz.connect(**where, **p.get("settings", {})) as node:
         sub = node.subscribe(p["subject"])
-        emit("ready", uuid=node.uuid)
         received, first, last = 0, None, None
-        async for msg in sub:
-            received += 1
-            if first is None:
-                first = msg.sequence
-            last = msg.sequence
-            if msg.gap:
-                emit("gap", gap=msg.gap, t=time.monotonic(), sequence=msg.sequence)
-            if msg.data == b"END":
-                break
+        async with anyio.create_task_group() as tg:
+            if "nsd" in p:
+                tg.start_soon(peer_events, node)
+            emit("ready", uuid=node.uuid, endpoint=node.endpoint)
+            async for msg in sub:
+                received += 1
+                if first is None:
+                    first = msg.sequence
+                last = msg.sequence
+                if msg.gap:
+                    emit("gap", gap=msg.gap, t=time.monotonic(), sequence=msg.sequence)
+                if msg.data == b"END":
+                    break
+            tg.cancel_scope.cancel()
         st = sub.statistics()
         emit("result", received=received, lost=st.lost, dropped=st.dropped, first=first,
-             last=last)
+             last=last, discovery=node.statistics().discovery if "nsd" in p else {})
 
 
 async def pub(p: dict[str, Any]) -> None:
     """Publish ``payload_size`` bytes at ``rate`` msg/s until stdin closes, then END
-    (repeated until the subscriber says it has it, by closing... see the test)."""
-    async with aoz.connect(bind=["tcp://127.0.0.1:*"], **p.get("settings", {})) as node:
-        emit("ready", endpoint=node.endpoint)
+    (repeated until the subscriber says it has it, by closing... see the test). With
+    ``nsd`` it joins that nsd's mesh, otherwise it binds a loopback port."""
+    where = {"naming": [p["nsd"]]} if "nsd" in p else {"bind": ["tcp://127.0.0.1:*"]}
+    async with aoz.connect(**where, **p.get("settings", {})) as node:
+        emit("ready", endpoint=node.endpoint, uuid=node.uuid)
         await node.wait_for_interest(p["subject"], timeout=30)
         emit("subscribed")
         body = b"x" * p.get("payload_size", 100)

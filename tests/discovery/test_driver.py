@@ -50,6 +50,9 @@ class FakeLinks:
     def link_up(self, endpoint: str) -> bool:
         return True
 
+    def link_silent(self, endpoint: str) -> bool:
+        return False
+
     def peer_event(self, event: PeerEvent) -> None:
         self.events.append(event)
 

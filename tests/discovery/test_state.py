@@ -230,6 +230,76 @@ def test_a_beaconing_peer_with_a_down_link_expires_on_the_links_evidence() -> No
     assert not any(isinstance(a, PeerExpired) for a in st_.tick(20.0))  # link up
 
 
+def test_a_peer_behind_a_cut_is_expired_but_its_link_is_kept_trying() -> None:
+    """Issue #22, item 8: a peer whose connection attempts get no answer at all (a cut
+    network, not a closed port) is expired on the link's evidence as any other, but
+    its data connection is kept trying, and its link coming back lists it again at
+    once: no beacon, no probe back-off on the way."""
+    st_ = ready()
+    st_.received(other(2), 0.0)
+    ep = other(2).endpoint
+    st_.link_state(ep, True, 0.5)
+    assert st_.link_state(ep, False, 2.0, silent=True) == []
+    out = st_.link_state(ep, False, 3.6, silent=True)
+    assert data_events(out) == ["PeerExpired"]  # no DisconnectData: the link is kept
+    assert other(2).uuid not in {p.uuid for p in st_.peers}
+    assert ep in st_.peer_endpoints()  # its link is still watched
+    for t in (4.0, 10.0, 30.0):  # cut for a while: still trying, nothing said
+        assert st_.link_state(ep, False, t, silent=True) == []
+        assert data_events(st_.tick(t)) == []
+    back = st_.link_state(ep, True, 30.2)  # the network healed: listed on that evidence
+    assert kinds(back) == ["PeerJoined", "SendNaming"]
+    assert other(2).uuid in {p.uuid for p in st_.peers}
+    assert st_.counters["rejoins"] == 1 and st_.counters["rejoined"] == 1
+
+
+def test_a_cut_peer_whose_port_then_refuses_is_let_go_of_at_once() -> None:
+    st_ = ready()
+    st_.received(other(2), 0.0)
+    ep = other(2).endpoint
+    st_.link_state(ep, True, 0.5)
+    assert data_events(st_.link_state(ep, False, 3.6, silent=True)) == ["PeerExpired"]
+    # the host answers again, with a refusal: the process is gone, its port released
+    assert kinds(st_.link_state(ep, False, 5.0, silent=False)) == ["DisconnectData"]
+    assert ep not in st_.peer_endpoints()
+    # later beacons only probe, as for any peer expired on its link's evidence
+    assert st_.received(other(2, BEACON), 6.0) == []  # the back-off (3 s) first
+    assert kinds(st_.received(other(2, BEACON), 8.5)) == ["ConnectData"]
+
+
+def test_a_cut_is_kept_trying_for_a_bounded_time() -> None:
+    st_ = ready()
+    st_.received(other(2), 0.0)
+    ep = other(2).endpoint
+    st_.link_state(ep, True, 0.5)
+    st_.link_state(ep, False, 3.6, silent=True)
+    assert data_events(st_.tick(60.0)) == []
+    assert kinds(st_.tick(63.7)) == ["SendNaming", "DisconnectData"]  # 60 s after expiry
+    assert ep not in st_.peer_endpoints()
+
+
+def test_a_new_peer_on_a_cut_peers_endpoint_keeps_the_connection() -> None:
+    st_ = ready()
+    st_.received(other(2), 0.0)
+    ep = other(2).endpoint
+    st_.link_state(ep, True, 0.5)
+    st_.link_state(ep, False, 3.6, silent=True)
+    newcomer = other(3, endpoint=ep)  # the host rebooted; another process has the port
+    assert data_events(st_.received(newcomer, 5.0)) == ["ConnectData", "PeerJoined"]
+    st_.link_state(ep, True, 5.5)
+    assert "DisconnectData" not in kinds(st_.tick(70.0))  # the rejoin ended quietly
+    assert ep in st_.peer_endpoints()
+
+
+def test_a_refusing_peer_is_let_go_of_at_expiry_as_before() -> None:
+    st_ = ready()
+    st_.received(other(2), 0.0)
+    ep = other(2).endpoint
+    st_.link_state(ep, True, 0.5)
+    assert kinds(st_.link_state(ep, False, 3.6)) == ["DisconnectData", "PeerExpired"]
+    assert st_.counters["rejoins"] == 0
+
+
 def test_never_expires_itself() -> None:
     st_ = ready()
     assert st_.link_state(st_.endpoint, False, 100.0) == []
