@@ -190,7 +190,13 @@ class Node:
         if self._driver is not None:
             # link events are pushed as the link state changes (both halves of a link:
             # our SUB's monitor, the peer's inbox filter at our XPUB), not polled
-            self._plane.links.on_change = self._plane.on_interest = self._links.report
+            driver = self._driver
+
+            def changed() -> None:
+                self._links.report()
+                driver.links_changed()  # discovery looks at its links at its next tick
+
+            self._plane.links.on_change = self._plane.on_interest = changed
             await tg.start(self._driver.run, _DriverPort(self))
         self._open = True
 

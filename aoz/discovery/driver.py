@@ -253,6 +253,12 @@ class DriverCore:
                 started = True
                 task_status.started()
 
+    def links_changed(self) -> None:
+        """A data link's state changed (the node calls this as it happens): check the
+        links at the next tick, so a peer whose link came back is listed again within
+        ``connect_interval`` instead of the periodic check's 0.5 s."""
+        self._next_link_check = 0.0
+
     async def goodbye(self) -> None:
         """Send ``D`` so peers disconnect at once (best effort; the socket lingers)."""
         if self._state is None:

@@ -60,4 +60,8 @@ class Driver(Protocol):
 
     async def goodbye(self) -> None: ...
 
+    def links_changed(self) -> None:
+        """A data link's state changed: look at the links at the next tick (<= 0.1 s)
+        rather than at the next periodic check (<= 0.5 s)."""
+
     def statistics(self) -> dict[str, int]: ...

@@ -124,48 +124,50 @@ async def test_a_long_cut_expires_the_peer_and_the_heal_brings_it_back_promptly(
     the expired peer was only probed on its beacons with a growing back-off: its data
     came back seconds later, or came back and was cut again by the probe's end)."""
     prefix = ["ip", "netns", "exec", netns]
-    with nsd_in(netns, 5756) as naming:
-        with role("pub", {"nsd": naming, "subject": "HEAL", "rate": 1000}, prefix) as pub:
-            ready = await pub.event("ready")
-            publisher, port = ready["uuid"], ready["endpoint"].rsplit(":", 1)[1]
-            with role("sub", {"nsd": naming, "subject": "HEAL"}, prefix) as sub:
-                sub_port = (await sub.event("ready"))["endpoint"].rsplit(":", 1)[1]
-                await pub.event("subscribed")
+    with (
+        nsd_in(netns, 5756) as naming,
+        role("pub", {"nsd": naming, "subject": "HEAL", "rate": 1000}, prefix) as pub,
+    ):
+        ready = await pub.event("ready")
+        publisher, port = ready["uuid"], ready["endpoint"].rsplit(":", 1)[1]
+        with role("sub", {"nsd": naming, "subject": "HEAL"}, prefix) as sub:
+            sub_port = (await sub.event("ready"))["endpoint"].rsplit(":", 1)[1]
+            await pub.event("subscribed")
 
-                def about(kind: str) -> Callable[[dict[str, Any]], bool]:
-                    return lambda e: e.get("kind") == kind and e.get("uuid") == publisher
+            def about(kind: str) -> Callable[[dict[str, Any]], bool]:
+                return lambda e: e.get("kind") == kind and e.get("uuid") == publisher
 
-                await sub.until(about("link_up"), "the link up")
-                await anyio.sleep(1.0)  # steady flow before the cut
-                ports = f"{{ {port}, {sub_port} }}"
-                _nft(netns, f"""
-                    table inet aoz {{
-                        chain input {{
-                            type filter hook input priority 0;
-                            tcp dport {ports} drop
-                            tcp sport {ports} drop
-                        }}
+            await sub.until(about("link_up"), "the link up")
+            await anyio.sleep(1.0)  # steady flow before the cut
+            ports = f"{{ {port}, {sub_port} }}"
+            _nft(netns, f"""
+                table inet aoz {{
+                    chain input {{
+                        type filter hook input priority 0;
+                        tcp dport {ports} drop
+                        tcp sport {ports} drop
                     }}
-                """)
-                cut = time.monotonic()
-                await sub.until(about("expired"), "the publisher's expiry", timeout=CUT)
-                await anyio.sleep(cut + CUT - time.monotonic())
-                _nft(netns, "delete table inet aoz")
-                healed = time.monotonic()
-                seen: dict[str, dict[str, Any]] = {}
+                }}
+            """)
+            cut = time.monotonic()
+            await sub.until(about("expired"), "the publisher's expiry", timeout=CUT)
+            await anyio.sleep(cut + CUT - time.monotonic())
+            _nft(netns, "delete table inet aoz")
+            healed = time.monotonic()
+            seen: dict[str, dict[str, Any]] = {}
 
-                def back(e: dict[str, Any]) -> bool:
-                    if e["event"] == "gap":
-                        seen.setdefault("gap", e)
-                    elif about("joined")(e):
-                        seen.setdefault("joined", e)
-                    return len(seen) == 2
+            def back(e: dict[str, Any]) -> bool:
+                if e["event"] == "gap":
+                    seen.setdefault("gap", e)
+                elif about("joined")(e):
+                    seen.setdefault("joined", e)
+                return len(seen) == 2
 
-                await sub.until(back, "fresh data and the publisher listed again", timeout=30)
-                await anyio.sleep(2.0)  # fresh data keeps flowing
-                pub.stop_input()
-                result = await sub.event("result", timeout=30)
-                sent = (await pub.event("result", timeout=30))["sent"]
+            await sub.until(back, "fresh data and the publisher listed again", timeout=30)
+            await anyio.sleep(2.0)  # fresh data keeps flowing
+            pub.stop_input()
+            result = await sub.event("result", timeout=30)
+            sent = (await pub.event("result", timeout=30))["sent"]
     fresh, joined = seen["gap"]["t"] - healed, seen["joined"]["t"] - healed
     print(f"{CUT:g} s cut: fresh data {fresh:.3f} s and the publisher listed again "
           f"{joined:.3f} s after the heal; lost {result['lost']}, "
