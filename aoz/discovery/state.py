@@ -54,6 +54,14 @@ Phases::
   (``expire_window``, x2, ... at most 60 s), so replayed beacons cost at most one
   short connection attempt a minute. At most 4,096 such peers are remembered
   (oldest forgotten first).
+- *Behind a cut.* When the link is down because nobody answers at all (``silent``:
+  the SUB's connection attempts time out, a cut network or a host that is down; a
+  process that has gone leaves a port that refuses at once), the peer is expired
+  the same way (``PeerExpired``) but its data connection is kept trying (no
+  ``DisconnectData``; a SYN every ~0.6 s) for up to 60 s after the expiry: a healed
+  cut brings its data back as soon as the network does, and its link coming up lists
+  it again (``PeerJoined``) without waiting for an announcement. A refusal, or the
+  60 s, ends it as a probe ends. Counted: ``rejoins`` (kept trying), ``rejoined``.
 - ``stop()``: ``D`` once, then every input is ignored.
 
 Hostile or malformed input (an endpoint that is not ``tcp://host:port``, a uuid that
