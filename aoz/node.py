@@ -72,7 +72,7 @@ __all__ = ["Node", "NodeStatistics", "PeerEventStream", "ReplyStream", "connect"
 
 log = logging.getLogger("aoz.node")
 
-_REPLY_ROUTE_WAIT = 2.0  # seconds a deferred reply waits for the requester's inbox filter
+_REPLY_ROUTE_WAIT = 5.0  # seconds a deferred reply waits for the requester's inbox filter
 _MAX_DEFERRED = 1024  # deferred replies waiting at once; more are counted unroutable
 _HOUSEKEEPING = 0.25  # seconds between sweeps of abandoned reply streams
 
@@ -379,7 +379,7 @@ class Node:
         other direction, which may still be connecting (a peer that joined a moment
         ago), and ZeroMQ would drop a reply with no route silently. A reply with a route
         is sent at once; one without is handed to a task of the node that waits for
-        the requester's inbox filter (at most 2 s) and then sends it or counts it in
+        the requester's inbox filter (at most 5 s) and then sends it or counts it in
         ``replies_unroutable``. The caller never waits, so a sequential responder is
         not stalled by a requester that has gone.
         """
