@@ -61,11 +61,23 @@ async def _node(p: dict[str, Any]) -> None:
             async for ev in node.peer_events(links=True):
                 _emit("peer", kind=ev.kind, uuid=ev.peer.uuid, t=time.monotonic())
 
+        async def naming() -> None:
+            """Report when naming frames arrive again after a pause (> 1.5 beacons)."""
+            count, last = node.statistics().discovery.get("naming_in", 0), time.monotonic()
+            while True:
+                await anyio.sleep(0.02)
+                now, n = time.monotonic(), node.statistics().discovery.get("naming_in", 0)
+                if n != count:
+                    if now - last > 1.5:
+                        _emit("peer", kind="naming_back", uuid="", t=now)
+                    count, last = n, now
+
         async def stop() -> None:
             await anyio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(events)
+            tg.start_soon(naming)
             if p["role"] == "pub":
                 await node.wait_for_interest(SUBJECT, timeout=30)
                 _emit("subscribed")
