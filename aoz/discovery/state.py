@@ -319,6 +319,7 @@ class NamingState:
         self._peers: dict[str, _Entry] = {}
         self._by_endpoint: dict[str, str] = {}  # data endpoint -> uuid holding it
         self._expired: dict[str, _Expired] = {}  # uuid -> peers expired on link evidence
+        self._probing: dict[str, str] = {}  # endpoint -> uuid of the expired peer probed
         self._xsubs: list[str] = []
         self._deadline = 0.0
         # re-announce C until our own C/c comes back (after start and each new welcome)
@@ -545,7 +546,10 @@ class NamingState:
             old = self._peers.pop(previous)
             self._counters.add("peers_expired")
             out.append(PeerExpired(old.peer))
-        self._expired.pop(frame.uuid, None)
+        gone = self._expired.pop(frame.uuid, None)
+        if gone is not None and self._probing.get(gone.endpoint) == frame.uuid:
+            del self._probing[gone.endpoint]  # it moved: let go of the old address
+            out.append(DisconnectData(gone.endpoint))
         out.append(ConnectData(frame.endpoint))
         out.extend(self._list(frame, now))
         # tell the newcomer about us (OZ's late-joiner rule); our own first C
@@ -572,9 +576,10 @@ class NamingState:
         x.frame = frame
         if x.probe_since is not None or now < x.next_probe:
             return []
-        if frame.endpoint in self._by_endpoint:
+        if frame.endpoint in self._by_endpoint or frame.endpoint in self._probing:
             return []  # someone else holds that endpoint now
         x.probe_since = now
+        self._probing[frame.endpoint] = frame.uuid
         self._counters.add("probes")
         return [ConnectData(frame.endpoint)]
 
@@ -582,19 +587,15 @@ class NamingState:
         self, endpoint: str, up: bool, now: float, silent: bool = False
     ) -> list[Action]:
         """Link state of an endpoint that no listed peer holds: a probe's outcome."""
-        probes = self._expired.items()
-        found = next(
-            ((u, x) for u, x in probes if x.endpoint == endpoint and x.probe_since is not None),
-            None,
-        )
-        if found is None:
+        uuid = self._probing.get(endpoint)
+        x = None if uuid is None else self._expired.get(uuid)
+        if uuid is None or x is None or x.probe_since is None:
             return []
-        uuid, x = found
-        assert x.probe_since is not None
         if up and x.frame is not None:  # it is alive after all: list it again
             if x.rejoin_until is not None:
                 self._counters.add("rejoined")
             del self._expired[uuid]
+            del self._probing[endpoint]
             out = self._list(x.frame, now)
             self._peers[uuid].link_up = True
             self._peers[uuid].link_seen = now
@@ -611,6 +612,7 @@ class NamingState:
     def _end_probe(self, x: _Expired, now: float) -> list[Action]:
         """Let go of a probed link; the next probe waits twice as long."""
         x.probe_since = None
+        self._probing.pop(x.endpoint, None)
         x.next_probe = now + x.delay
         x.delay = min(2 * x.delay, _PROBE_MAX)
         return [DisconnectData(x.endpoint)]
@@ -672,6 +674,7 @@ class NamingState:
                     continue
                 if x.endpoint in self._by_endpoint:  # a new peer holds it: its link now
                     x.probe_since = x.rejoin_until = None
+                    self._probing.pop(x.endpoint, None)
                 elif x.rejoin_until is not None:
                     if now >= x.rejoin_until:
                         out.extend(self._probed(x.endpoint, False, now))
@@ -697,7 +700,10 @@ class NamingState:
         self._counters.add("rejoins")
         out = [PeerExpired(peer)]
         x = self._remember_expired(uuid, peer, now, out)
+        if peer.endpoint in self._probing:  # another expired uuid's probe has that link
+            return out
         x.probe_since = now
+        self._probing[peer.endpoint] = uuid
         x.rejoin_until = now + _REJOIN_MAX
         return out
 
@@ -705,9 +711,12 @@ class NamingState:
         self, uuid: str, peer: Peer, now: float, out: list[Action]
     ) -> _Expired:
         if len(self._expired) >= _EXPIRED_MAX:
-            oldest = self._expired.pop(next(iter(self._expired)))
-            if oldest.probe_since is not None and oldest.endpoint not in self._by_endpoint:
-                out.append(DisconnectData(oldest.endpoint))  # its probe ends with it
+            key = next(iter(self._expired))
+            oldest = self._expired.pop(key)
+            if self._probing.get(oldest.endpoint) == key:
+                del self._probing[oldest.endpoint]
+                if oldest.endpoint not in self._by_endpoint:
+                    out.append(DisconnectData(oldest.endpoint))  # its probe ends with it
         window = self.expire_window
         # its last announcement as we knew it: the link's evidence alone may list it again
         frame = NamingFrame(NamingType.CONNECT, peer.program, peer.host, peer.pid, peer.uuid,
