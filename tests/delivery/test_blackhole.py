@@ -152,8 +152,8 @@ async def test_a_long_cut_expires_the_peer_and_the_heal_brings_it_back_promptly(
             cut = time.monotonic()
             await sub.until(about("expired"), "the publisher's expiry", timeout=CUT)
             await anyio.sleep(cut + CUT - time.monotonic())
-            _nft(netns, "delete table inet aoz")
             healed = time.monotonic()
+            _nft(netns, "delete table inet aoz")
             seen: dict[str, dict[str, Any]] = {}
 
             def back(e: dict[str, Any]) -> bool:
