@@ -234,7 +234,11 @@ def apply_data_options(pub: zmq.Socket[Any], sub: zmq.Socket[Any], s: Settings) 
 
 
 def apply_naming_options(sock: zmq.Socket[Any], s: Settings, *, hwm: int) -> None:
-    """Options of a node's naming SUB or PUB (both connect to an nsd)."""
+    """Options of a node's naming SUB or PUB (both connect to an nsd). Each connection
+    attempt is bounded as the data SUB's (:data:`CONNECT_TIMEOUT`): without it an
+    attempt made during a network cut waits on the kernel's SYN back-off (1, 3, 7, 15 s
+    ...), and the node hears its nsd again seconds after the network healed."""
+    sock.setsockopt(zmq.CONNECT_TIMEOUT, _ms(CONNECT_TIMEOUT))
     sock.setsockopt(zmq.SNDHWM, hwm)
     sock.setsockopt(zmq.RCVHWM, hwm)
     sock.setsockopt(zmq.MAXMSGSIZE, NAMING_MAX)
