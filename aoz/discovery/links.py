@@ -56,3 +56,6 @@ class Driver(Protocol):
     async def goodbye(self) -> None: ...
 
     def statistics(self) -> dict[str, int]: ...
+
+    def uuid_at(self, endpoint: str) -> str | None:
+        """The uuid announced at a data endpoint (listed or being probed), if any."""
