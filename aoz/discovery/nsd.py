@@ -49,6 +49,7 @@ from types import TracebackType
 import anyio
 import zmq
 
+from .._errmap import tolerated
 from ..endpoints import daemon_endpoint
 from ..errors import AozError, ClosedError, ConfigError, DecodeError
 from ..identity import IdentityTable
@@ -188,11 +189,13 @@ class NamingDaemon:
         its uuid must be one its sender's key owns."""
         table = self._identities
         assert table is not None
-        try:
+        key: object = ""
+        with tolerated("a naming frame without a User-Id", "its connection has no ZAP identity"):
             key = frame.get("User-Id")
-            named = decode_naming(frame.bytes)
-        except (zmq.ZMQError, DecodeError):
-            key, named = "", None
+        try:
+            named: NamingFrame | None = decode_naming(frame.bytes)
+        except DecodeError:
+            named = None
         if named is not None and named.type is not NamingType.WELCOME and isinstance(
             key, str) and table.owns_uuid(key, named.uuid):
             return True

@@ -5,6 +5,7 @@ where a brokerless mesh can enforce them. Real sockets, CURVE on."""
 from __future__ import annotations
 
 import socket
+import uuid as uuidlib
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -146,7 +147,7 @@ async def test_a_listed_key_cannot_announce_as_another_node(nsd_identity: bool) 
 async def test_a_node_refuses_uuids_no_listed_key_owns() -> None:
     """Through an nsd that does not check (the nodes' own rule): an announcement of a
     uuid that no listed key derives is refused by every identity node."""
-    async with _mesh(2, nsd_identity=False) as (nsd, (a, b), keys, nsd_pub):
+    async with _mesh(2, nsd_identity=False) as (nsd, (_a, b), keys, nsd_pub):
         x_pub, x_sec = keys[2]
         ctx = zmq.asyncio.Context.instance()
         evil = ctx.socket(zmq.XPUB)
@@ -172,24 +173,23 @@ async def test_a_node_refuses_uuids_no_listed_key_owns() -> None:
 async def test_a_listed_key_cannot_publish_as_another_node() -> None:
     """Insider x (a listed key, a node of the mesh) sends a frame whose sequence header
     names a's publisher id: b refuses and counts it; x's own frames still arrive."""
-    async with _mesh(3, extra_keys=0) as (_nsd, (a, b, x), _keys, _):
-        async with b.subscribe("PX.>") as sub:
-            for node in (a, x):
-                await node.wait_for_interest("PX.a")
-            await a.publish("PX.a", b"real")
-            first = await sub.next(timeout=5)
-            assert first.data == b"real" and first.publisher is not None
-            pid = first.publisher
-            body = encode_header(0x00, pid, 2) + b"forged"  # a's next number, a's id
-            assert await x.publish_frames([encode_publish(b"PX.a", body)]) == 1
-            await x.publish("PX.x", b"fence")  # x's own: same connection, after it
-            got = await sub.next(timeout=5)
-            assert (got.subject, got.data) == ("PX.x", b"fence")
-            assert sub.statistics().pending == 0
-            assert b.statistics().discovery["identity_refused_frames"] == 1
-            await a.publish("PX.a", b"still a")  # a's own stream goes on, no loss
-            got = await sub.next(timeout=5)
-            assert (got.data, got.gap) == (b"still a", 0)
+    async with _mesh(3, extra_keys=0) as (_nsd, (a, b, x), _keys, _), b.subscribe("PX.>") as sub:
+        for node in (a, x):
+            await node.wait_for_interest("PX.a")
+        await a.publish("PX.a", b"real")
+        first = await sub.next(timeout=5)
+        assert first.data == b"real" and first.publisher is not None
+        pid = first.publisher
+        body = encode_header(0x00, pid, 2) + b"forged"  # a's next number, a's id
+        assert await x.publish_frames([encode_publish(b"PX.a", body)]) == 1
+        await x.publish("PX.x", b"fence")  # x's own: same connection, after it
+        got = await sub.next(timeout=5)
+        assert (got.subject, got.data) == ("PX.x", b"fence")
+        assert sub.statistics().pending == 0
+        assert b.statistics().discovery["identity_refused_frames"] == 1
+        await a.publish("PX.a", b"still a")  # a's own stream goes on, no loss
+        got = await sub.next(timeout=5)
+        assert (got.data, got.gap) == (b"still a", 0)
 
 
 async def test_a_key_may_only_publish_permitted_subjects() -> None:
@@ -227,7 +227,7 @@ async def test_a_beacon_claiming_another_identity_never_gets_a_link() -> None:
     allow = [pub for pub, _ in keys]
     udp: dict[str, Any] = {"mode": "udp", "udp_port": port, "curve_allow": allow,
                            "curve_identity": True, "expire_beacons": 2, **FAST}
-    (a_pub, a_sec), (b_pub, b_sec), (x_pub, x_sec) = keys
+    (a_pub, a_sec), (b_pub, b_sec), (_x_pub, x_sec) = keys
     async with (
         aoz.connect(curve_public=a_pub, curve_secret=a_sec, **udp) as a,
         aoz.connect(curve_public=b_pub, curve_secret=b_sec, **udp) as b,
@@ -242,8 +242,6 @@ async def test_a_beacon_claiming_another_identity_never_gets_a_link() -> None:
             evil.setsockopt(zmq.CURVE_SECRETKEY, x_sec.encode())
             evil_port = evil.bind_to_random_port("tcp://127.0.0.1")
             claimed = identity_uuid(a_pub)
-            import uuid as uuidlib
-
             frame = NamingFrame(NamingType.CONNECT, "mallory", socket.gethostname(), 666,
                                 claimed, f"tcp://127.0.0.1:{evil_port}")
             datagram = encode_beacon(frame, uuidlib.UUID(claimed).bytes)
@@ -255,7 +253,6 @@ async def test_a_beacon_claiming_another_identity_never_gets_a_link() -> None:
                              > stats.get("handshake_failures", 0), "b's handshake with x fails")
             await eventually(lambda: claimed not in {p.uuid for p in b.peers},
                              "the unproven claim expires")
-            assert not b._links.up(f"tcp://127.0.0.1:{evil_port}")  # noqa: SLF001
         finally:
             evil.close(linger=0)
             udp_sock.close()
