@@ -57,10 +57,10 @@ import zmq
 from zmq.utils import z85
 
 from ._errmap import drain_error, mapped, tolerated
-from .errors import ConfigError
+from .errors import ConfigError, DecodeError
 from .identity import IdentityTable, Permissions
 from .message import data_start
-from .protocol.frames import publish_subject_end
+from .protocol.frames import Kind, decode_frame, parse_handle, publish_subject_end
 from .protocol.sequence import FLAG, HEADER_LEN, PACK
 
 __all__ = [
@@ -333,9 +333,10 @@ class VerifyingSub:
     ``refresh`` reads the monitor now (a frame may come before its connection's
     event was read); ``key_at`` names the key of the peer at an endpoint. A frame is
     refused (counted ``identity_refused_frames`` or ``permission_refused``, logged
-    once per key) when it is sequenced with a publisher id its connection's key does
-    not own, or a publish on a subject that key may not publish; a frame whose
-    connection cannot be traced is refused (``identity_untraced``).
+    once per peer) when it is sequenced with a publisher id its connection's key does
+    not own, a request whose reply handle names a uuid that key does not own, or a
+    publish or request on a subject that key may not publish; a frame whose connection
+    cannot be traced is refused (``identity_untraced``).
 
     Limitation: ``ZMQ_SRCFD`` is the descriptor the frame was read from; a frame
     still queued when its connection closed and its descriptor was reused by another
@@ -382,7 +383,7 @@ class VerifyingSub:
         """None to accept the frame, else the counter it is refused under."""
         nul = publish_subject_end(data)
         if nul <= 0:
-            return None  # requests, replies, junk: the receive path judges them
+            return self._judge_other(data, frame)
         start = nul + 3
         sequenced = data_start(data, start) - start >= HEADER_LEN and data[start] & FLAG
         if not sequenced and self.permissions is None:
@@ -399,6 +400,27 @@ class VerifyingSub:
             subject = data[:nul].decode("utf-8", "replace")
             if not perms.may_publish(key, subject):
                 return "permission_refused"
+        return None
+
+    def _judge_other(self, data: bytes, frame: zmq.Frame) -> str | None:
+        """A request names its sender in its reply handle (``_INBOX.<uuid>.<serial>``):
+        that uuid must be its key's, and its subject one the key may publish. Replies
+        and junk are the receive path's to judge."""
+        try:
+            fr = decode_frame(data)
+            if fr.kind is not Kind.REQUEST or fr.reply is None:
+                return None
+            uuid = parse_handle(fr.reply)[0]
+        except DecodeError:
+            return None
+        key = self._key(frame)
+        if key is None:
+            return "identity_untraced"
+        if not self.identities.owns_uuid(key, uuid):
+            return "identity_refused_frames"
+        perms = self.permissions
+        if perms is not None and not perms.may_publish(key, fr.subject.decode("utf-8", "replace")):
+            return "permission_refused"
         return None
 
     def _key(self, frame: zmq.Frame) -> str | None:

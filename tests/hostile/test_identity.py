@@ -19,7 +19,7 @@ import aoz
 from aoz.discovery.nsd import NamingDaemon
 from aoz.errors import ConfigError
 from aoz.identity import IdentityTable, Permissions, identity_publisher, identity_uuid
-from aoz.protocol.frames import encode_publish, is_uuid
+from aoz.protocol.frames import encode_publish, encode_request, is_uuid, make_handle
 from aoz.protocol.naming import NamingFrame, NamingType, encode_beacon
 from aoz.protocol.sequence import encode_header
 from aoz.security import keypair
@@ -258,3 +258,41 @@ async def test_a_beacon_claiming_another_identity_never_gets_a_link() -> None:
             udp_sock.close()
         peer_a = next(p for p in b.peers if p.uuid == a.uuid)
         assert peer_a.endpoint == a.endpoint
+
+
+async def test_a_request_cannot_name_another_nodes_inbox() -> None:
+    """A raw insider publisher (x's listed key, announced under x's own uuid) sends a
+    request whose reply handle names a's inbox, so that a would get the replies: b
+    refuses it; x's own publication after it arrives."""
+    async with _mesh(2) as (nsd, (a, b), keys, nsd_pub):
+        x_pub, x_sec = keys[2]
+        ctx = zmq.asyncio.Context.instance()
+        data = ctx.socket(zmq.XPUB)  # x's data publisher: a CURVE server with x's key
+        naming = ctx.socket(zmq.XPUB)  # x's naming PUB, into the nsd
+        for sock in (data, naming):
+            sock.setsockopt(zmq.LINGER, 0)
+        try:
+            data.setsockopt(zmq.CURVE_SERVER, 1)
+            data.setsockopt(zmq.CURVE_SECRETKEY, x_sec.encode())
+            endpoint = f"tcp://127.0.0.1:{data.bind_to_random_port('tcp://127.0.0.1')}"
+            naming.setsockopt(zmq.CURVE_SERVERKEY, nsd_pub.encode())
+            naming.setsockopt(zmq.CURVE_PUBLICKEY, x_pub.encode())
+            naming.setsockopt(zmq.CURVE_SECRETKEY, x_sec.encode())
+            naming.connect(nsd.xsub_endpoint)
+            with anyio.fail_after(10):
+                await naming.recv()
+            await naming.send(forged(NamingType.CONNECT, identity_uuid(x_pub), endpoint))
+            async with b.subscribe("RQ.>") as sub:
+                with anyio.fail_after(10):  # b connected with x's key: its filter arrives
+                    while await data.recv() != b"\x01RQ.":
+                        pass
+                request = encode_request(b"RQ.work", make_handle(a.uuid, 1), b"\x00job")
+                await data.send(request)
+                await data.send(encode_publish(b"RQ.fence", b"\x00x"))
+                got = await sub.next(timeout=5)
+                assert got.subject == "RQ.fence" and got.reply is None
+                assert sub.statistics().pending == 0
+            assert b.statistics().discovery["identity_refused_frames"] == 1
+        finally:
+            data.close(linger=0)
+            naming.close(linger=0)
