@@ -296,3 +296,12 @@ async def test_a_request_cannot_name_another_nodes_inbox() -> None:
         finally:
             data.close(linger=0)
             naming.close(linger=0)
+
+
+def test_the_nsd_needs_keys_to_check_identities(capsys: pytest.CaptureFixture[str]) -> None:
+    from aoz.discovery.nsd import main
+
+    assert main(["--port", "0", "--curve-identity"]) == 1
+    assert "needs a secured nsd" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="needs a secured nsd"):
+        NamingDaemon(port=0, identity=True)
