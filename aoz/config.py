@@ -139,7 +139,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     curve_identity: bool = False
     #: with ``curve_identity``: per-key subject permissions, NATS-style, ``{public_key:
     #: {"publish": [patterns], "subscribe": [patterns]}}``; enforced where a brokerless
-    #: mesh can (aoz.identity.Permissions, docs/USAGE.md)
+    #: mesh can (aoz.identity.Permissions, docs/SECURITY.md)
     curve_permissions: dict[str, dict[str, list[str]]] | None = None
     #: largest data message accepted, bytes (-1 = unlimited); a peer sending more is
     #: disconnected by ZeroMQ after the frame header (aoz.sockopts)

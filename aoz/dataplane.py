@@ -296,9 +296,15 @@ class DataPlane:
         n = 0
         changed = False
         apply = self._interest.apply
+        recv: Callable[[int], bytes] = sock.recv
+        curve = self._curve
+        if curve is not None and curve.gate is not None:  # subscribe permissions
+            def recv(flags: int) -> bytes:  # the gated read
+                return curve.read_subscription(sock, flags)
+
         try:
             while n < BATCH:
-                if apply(sock.recv(zmq.NOBLOCK)):
+                if apply(recv(zmq.NOBLOCK)):
                     changed = True
                 n += 1
         except zmq.Again:

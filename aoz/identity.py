@@ -20,8 +20,9 @@ frame (the key is the one the data SUB authenticated that frame's connection wit
 Two listed keys whose prefixes collide are refused when the table is built.
 
 :class:`Permissions` is the optional per-key publish/subscribe policy, NATS-style
-subject patterns (``A.*``, ``A.>``), enforced where a brokerless mesh can enforce it
-(see docs/USAGE.md, "Identities and permissions").
+subject patterns (``A.*``, ``A.>``), enforced where a brokerless mesh can enforce it:
+publishing by receiving nodes, subscribing by publishing nodes (:class:`SubscribeGate`);
+docs/SECURITY.md.
 
 >>> pub = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"
 >>> uuid = identity_uuid(pub)
@@ -45,6 +46,7 @@ from .protocol.subjects import Pattern, compile_pattern
 __all__ = [
     "IdentityTable",
     "Permissions",
+    "SubscribeGate",
     "identity_publisher",
     "identity_uuid",
     "key_prefix",
@@ -161,6 +163,11 @@ class Permissions:
     def keys(self) -> frozenset[str]:
         return frozenset(self._pub)
 
+    @property
+    def restricts_subscribe(self) -> bool:
+        """Whether some key has a subscribe list (the publisher must then gate filters)."""
+        return any(pats is not None for pats in self._sub.values())
+
     def may_publish(self, key: str, subject: str) -> bool:
         """Whether ``key`` may publish on ``subject``."""
         pats = self._pub.get(key)
@@ -188,3 +195,66 @@ def _covers(pattern: Pattern, prefix: str) -> bool:
     if pattern.text != ">" and not pattern.text.endswith(".>"):
         return False
     return prefix.startswith(pattern.zmq_prefix.decode("utf-8", "replace"))
+
+
+class SubscribeGate:
+    """Subscribe permissions at a publisher whose XPUB applies no filter by itself
+    (``ZMQ_XPUB_MANUAL``): each subscription event comes with its subscriber's key and
+    :meth:`event` says whether to apply it to that subscriber's pipe, and which event,
+    if any, the node's interest set should see (one per filter, as a plain XPUB gives).
+
+    libzmq reports a departed subscriber's unsubscriptions without a key (``key`` None),
+    for its refused filters too. Such an unsubscription is charged to the refused
+    subscriptions of that filter first: the interest set may then keep a filter that
+    only refused subscribers had (over-reported interest), never lose one an allowed
+    subscriber still has. Inbox filters are always allowed, so link liveness is exact.
+
+    >>> k = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"
+    >>> gate = SubscribeGate(Permissions({k: {"subscribe": ["A.>"]}}))
+    >>> gate.event(b"\\x01A.", k), gate.event(b"\\x01B.", k), gate.refused
+    ((True, b'\\x01A.'), (False, b''), 1)
+    >>> gate.event(b"\\x00B.", None), gate.event(b"\\x00A.", None)
+    ((False, b''), (False, b'\\x00A.'))
+    """
+
+    __slots__ = ("_allowed", "_forbidden", "permissions", "refused")
+
+    def __init__(self, permissions: Permissions) -> None:
+        self.permissions = permissions
+        self._allowed: dict[bytes, int] = {}
+        self._forbidden: dict[bytes, int] = {}
+        self.refused = 0  #: subscriptions refused
+
+    def event(self, event: bytes, key: str | None) -> tuple[bool, bytes]:
+        """``(apply to the pipe, event for the interest set or b"")``."""
+        if not event or event[0] not in (0, 1):
+            return False, b""
+        flt = event[1:]
+        if key is None:  # a departed subscriber's: refused ones first (class docstring)
+            if event[0] == 1 or _take(self._forbidden, flt) is not None:
+                return False, b""
+            return False, event if _take(self._allowed, flt) == 0 else b""
+        if not self.permissions.may_subscribe(key, flt):
+            if event[0] == 1:
+                self.refused += 1
+                self._forbidden[flt] = self._forbidden.get(flt, 0) + 1
+            else:
+                _take(self._forbidden, flt)
+            return False, b""
+        if event[0] == 1:
+            n = self._allowed.get(flt, 0) + 1
+            self._allowed[flt] = n
+            return True, event if n == 1 else b""
+        return True, event if _take(self._allowed, flt) == 0 else b""
+
+
+def _take(counts: dict[bytes, int], flt: bytes) -> int | None:
+    """Decrement ``counts[flt]``; the count left, or None when there was none."""
+    n = counts.get(flt, 0)
+    if not n:
+        return None
+    if n == 1:
+        del counts[flt]
+        return 0
+    counts[flt] = n - 1
+    return n - 1

@@ -58,7 +58,7 @@ from zmq.utils import z85
 
 from ._errmap import drain_error, mapped, tolerated
 from .errors import ConfigError, DecodeError
-from .identity import IdentityTable, Permissions
+from .identity import IdentityTable, Permissions, SubscribeGate
 from .message import data_start
 from .protocol.frames import Kind, decode_frame, parse_handle, publish_subject_end
 from .protocol.sequence import FLAG, HEADER_LEN, PACK
@@ -248,12 +248,17 @@ class DataCurve:
         #: peer announced there (the node wires it to its discovery driver)
         self.identities: IdentityTable | None = None
         self.permissions: Permissions | None = None
+        #: subscribe permissions: the XPUB applies only the filters this gate allows
+        self.gate: SubscribeGate | None = None
         self.key_at: Callable[[str], str | None] = lambda endpoint: None
+        self._refused_keys: set[str] = set()
         if settings.curve_identity:
             assert settings.curve_public is not None and settings.curve_allow is not None
             self.identities = IdentityTable({*settings.curve_allow, settings.curve_public})
             if settings.curve_permissions is not None:
                 self.permissions = Permissions(settings.curve_permissions)
+                if self.permissions.restricts_subscribe:
+                    self.gate = SubscribeGate(self.permissions)
 
     def apply(self, pub: zmq.Socket[bytes], sub: zmq.Socket[bytes]) -> None:
         """Configure ``pub`` and ``sub``; opens the ZAP socket when there is an
@@ -280,6 +285,8 @@ class DataCurve:
                 pub.setsockopt(zmq.CURVE_SERVER, 1)
                 pub.setsockopt(zmq.CURVE_SECRETKEY, server_secret.encode("ascii"))
                 pub.setsockopt(zmq.ZAP_DOMAIN, b"aoz")
+                if self.gate is not None:  # filters applied by read_subscription only
+                    pub.setsockopt(zmq.XPUB_MANUAL, 1)
                 sub.setsockopt(zmq.CURVE_SERVERKEY, server_public.encode("ascii"))
                 sub.setsockopt(zmq.CURVE_PUBLICKEY, public.encode("ascii"))
                 sub.setsockopt(zmq.CURVE_SECRETKEY, secret.encode("ascii"))
@@ -297,6 +304,32 @@ class DataCurve:
             self._count("identity_unknown_peer", 1)
             key = _NOBODY
         sub.setsockopt(zmq.CURVE_SERVERKEY, key.encode("ascii"))
+
+    def read_subscription(self, pub: zmq.Socket[bytes], flags: int) -> bytes:
+        """With subscribe permissions: read one subscription event off the XPUB (in
+        ``XPUB_MANUAL`` mode), apply it to its subscriber's pipe if that key may
+        subscribe it, and return the event the interest set should see (``b""``: none).
+        Raises ``zmq.Again`` as ``recv`` does."""
+        gate = self.gate
+        assert gate is not None
+        frame = pub.recv(flags, copy=False)
+        event = frame.bytes
+        key: str | None = None
+        with tolerated("a subscription without a User-Id", "its subscriber has left"):
+            uid = frame.get("User-Id")
+            key = uid if isinstance(uid, str) else None
+        refused = gate.refused
+        apply, seen = gate.event(event, key)
+        if apply:  # applies to the pipe of the message just read (XPUB_MANUAL)
+            option = zmq.SUBSCRIBE if event[0] == 1 else zmq.UNSUBSCRIBE
+            pub.setsockopt(option, event[1:])
+        if gate.refused != refused:
+            self._count("permission_refused_subscriptions", 1)
+            if key is not None and key not in self._refused_keys:
+                self._refused_keys.add(key)
+                log.warning("refused a subscription of key %s to %r: not permitted "
+                            "(curve_permissions; logged once per key)", key, event[1:65])
+        return seen
 
     def drain_zap(self, sock: zmq.Socket[bytes]) -> int:
         """Answer the ZAP requests waiting on ``sock`` (the data plane's reader calls it)."""

@@ -18,7 +18,13 @@ import zmq.asyncio
 import aoz
 from aoz.discovery.nsd import NamingDaemon
 from aoz.errors import ConfigError
-from aoz.identity import IdentityTable, Permissions, identity_publisher, identity_uuid
+from aoz.identity import (
+    IdentityTable,
+    Permissions,
+    SubscribeGate,
+    identity_publisher,
+    identity_uuid,
+)
 from aoz.protocol.frames import encode_publish, encode_request, is_uuid, make_handle
 from aoz.protocol.naming import NamingFrame, NamingType, encode_beacon
 from aoz.protocol.sequence import encode_header
@@ -51,6 +57,19 @@ def test_the_key_identity_decision() -> None:
     assert not perms.may_subscribe(x, b"") and perms.may_subscribe(a, b"")
     with pytest.raises(ConfigError):
         Permissions({x: {"pub": ["A"]}})
+    # the publisher's gate: a (unrestricted) and x (refused) both subscribe ORDERS.
+    gate = SubscribeGate(Permissions({x: {"subscribe": ["MD.>"]}}))
+    assert gate.event(b"\x01ORDERS.", a) == (True, b"\x01ORDERS.")
+    assert gate.event(b"\x01ORDERS.", x) == (False, b"") and gate.refused == 1
+    assert gate.event(b"\x01MD.", x) == (True, b"\x01MD.")
+    assert gate.event(b"\x01_INBOX.", x) == (True, b"\x01_INBOX.")  # replies always
+    # departures come without a key: charged to the refused subscription first, so the
+    # filter a still has is never lost (here a leaves first: interest over-reported
+    # until the last one goes)
+    assert gate.event(b"\x00ORDERS.", None) == (False, b"")
+    assert gate.event(b"\x00ORDERS.", None) == (False, b"\x00ORDERS.")
+    assert gate.event(b"\x00ORDERS.", None) == (False, b"")  # nothing left: no event
+    assert gate.event(b"\x00MD.", x) == (True, b"\x00MD.")  # an explicit unsubscribe
 
 
 def test_settings_for_identity() -> None:
@@ -305,3 +324,43 @@ def test_the_nsd_needs_keys_to_check_identities(capsys: pytest.CaptureFixture[st
     assert "needs a secured nsd" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="needs a secured nsd"):
         NamingDaemon(port=0, identity=True)
+
+
+async def test_a_key_may_only_subscribe_permitted_subjects() -> None:
+    """curve_permissions at the publishing node: x may subscribe ``OPEN.>`` only. Its
+    filter for ``SECRET.plans`` reaches b's publisher with x's key and is not applied,
+    so nothing on that subject reaches x; b's interest set never shows it."""
+    x_pub, x_sec = keypair()
+    nsd_pub, nsd_sec = keypair()
+    (b_pub, b_sec) = keypair()
+    allow = [x_pub, b_pub]
+    mesh: dict[str, Any] = {"curve_server_public": nsd_pub, "curve_allow": allow,
+                            "naming_curve": True, "curve_identity": True, **FAST}
+    perms = {x_pub: {"subscribe": ["OPEN.>"]}}
+    async with (
+        NamingDaemon(port=0, curve_server_secret=nsd_sec, curve_allow=allow,
+                     identity=True) as nsd,
+        aoz.connect(naming=[nsd.endpoint], curve_public=b_pub, curve_secret=b_sec,
+                    curve_permissions=perms, **mesh) as b,
+        aoz.connect(naming=[nsd.endpoint], curve_public=x_pub, curve_secret=x_sec,
+                    **mesh) as x,
+        x.subscribe("SECRET.plans") as secret,
+        x.subscribe("OPEN.news") as news,
+    ):
+        await b.wait_for_interest("OPEN.news")
+        await eventually(
+            lambda: b.statistics().discovery.get("permission_refused_subscriptions", 0) >= 1,
+            "b refuses x's filter for SECRET.plans")
+        assert not b.has_interest("SECRET.plans")
+        await b.publish("SECRET.plans", b"nope")
+        await b.publish("OPEN.news", b"yes")
+        got = await news.next(timeout=5)
+        assert (got.subject, got.data) == ("OPEN.news", b"yes")
+        assert secret.statistics().pending == 0
+        async with b.subscribe("SECRET.plans") as own:  # b's own (unrestricted) key may
+            await b.wait_for_interest("SECRET.plans")
+            await b.publish("SECRET.plans", b"mine")
+            assert (await own.next(timeout=5)).data == b"mine"
+            await b.publish("OPEN.news", b"fence")
+            assert (await news.next(timeout=5)).data == b"fence"
+            assert secret.statistics().pending == 0
