@@ -129,6 +129,18 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     #: and allows ``curve_allow``); needs ``curve_public``/``curve_secret`` listed there.
     #: Such a node cannot use an OZ nsd, and OZ programs cannot join its mesh.
     naming_curve: bool = False
+    #: identities bound to keys (aoz.identity): this node's uuid and publisher id derive
+    #: from ``curve_public``; its data PUB is a CURVE server with its own keypair (no
+    #: mesh secret on nodes), peers are connected with the key their uuid names, and
+    #: announcements, beacons and data frames that claim another key's identity are
+    #: refused and counted. Needs ``curve_public``/``curve_secret`` and ``curve_allow``
+    #: (the listed keys are the identities); naming or udp mode. ``curve_server_public``
+    #: is then only the nsd's key (``naming_curve``)
+    curve_identity: bool = False
+    #: with ``curve_identity``: per-key subject permissions, NATS-style, ``{public_key:
+    #: {"publish": [patterns], "subscribe": [patterns]}}``; enforced where a brokerless
+    #: mesh can (aoz.identity.Permissions, docs/SECURITY.md)
+    curve_permissions: dict[str, dict[str, list[str]]] | None = None
     #: largest data message accepted, bytes (-1 = unlimited); a peer sending more is
     #: disconnected by ZeroMQ after the frame header (aoz.sockopts)
     max_message_size: int = 64 * 1024 * 1024
@@ -166,7 +178,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             _check(key is None or len(key) == 40,
                    "CURVE keys are 40-character Z85 text; make them with aoz.security.keypair()")
         _check(
-            (self.curve_server_public is None) == (self.curve_server_secret is None),
+            (self.curve_server_public is None) == (self.curve_server_secret is None)
+            or (self.curve_identity and self.curve_server_secret is None),
             "CURVE needs both curve_server_public and curve_server_secret (the mesh keypair)",
         )
         _check(
@@ -174,7 +187,18 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             "give both curve_public and curve_secret, or neither (a keypair is generated)",
         )
         _check(
-            self.curve_server_public is not None
+            not self.curve_identity
+            or (self.curve_public is not None and self.curve_allow is not None
+                and self.mode in ("naming", "udp")),
+            "curve_identity needs this node's curve_public/curve_secret, curve_allow (the "
+            "listed keys are the mesh's identities) and mode 'naming' or 'udp'",
+        )
+        _check(
+            self.curve_permissions is None or self.curve_identity,
+            "curve_permissions needs curve_identity=True (permissions name keys)",
+        )
+        _check(
+            self.curve_server_public is not None or self.curve_identity
             or (self.curve_public is None and self.curve_allow is None),
             "curve_public/curve_secret/curve_allow need the mesh keypair "
             "(curve_server_public and curve_server_secret)",

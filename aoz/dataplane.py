@@ -51,7 +51,7 @@ from .peerlinks import PeerLinkTable
 from .protocol.builder import FrameBuilder
 from .receive import Receiver
 from .routing import RoutingTable
-from .security import DataCurve
+from .security import DataCurve, VerifyingSub
 from .send import SendPath
 from .sockopts import DATA_MONITOR_EVENTS, apply_data_options
 from .subscription import Subscription
@@ -96,8 +96,8 @@ class DataPlane:
         # bounded by the linger) until what is queued has left, and a CURVE node has
         # its own ZAP handler.
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-        self._curve = (DataCurve(self._ctx, settings, self.count)
-                       if settings.curve_server_public is not None else None)
+        curve = settings.curve_server_public is not None or settings.curve_identity
+        self._curve = DataCurve(self._ctx, settings, self.count) if curve else None
         self._pub: zmq.Socket[bytes] | None = None
         self._sub: zmq.Socket[bytes] | None = None
         self._mon: zmq.Socket[bytes] | None = None
@@ -124,6 +124,8 @@ class DataPlane:
             self.send.attach(pub)
             if self._curve is not None:
                 self._curve.apply(pub, sub)
+                curve = self._curve
+                self.links.before_connect = lambda endpoint: curve.before_connect(sub, endpoint)
             # every option and why: aoz/sockopts.py (sizes, handshakes, back-off, liveness)
             apply_data_options(pub, sub, s)
             self.links.attach(sub)
@@ -191,7 +193,7 @@ class DataPlane:
         assert self._sub is not None and self._pub is not None
         # the SUB too gets a safety re-run (1 s): a missed fd edge must never stall the
         # receive path for good (a benchmark round once went silent under heavy load)
-        tg.start_soon(self._reader, self._sub, self.receive.drain, 1.0, name="aoz-recv")
+        tg.start_soon(self._reader, self._sub, self._sub_drain(), 1.0, name="aoz-recv")
         tg.start_soon(self._reader, self._pub, self._drain_interest, 0.1, name="aoz-xpub")
         if self._mon is not None:
             tg.start_soon(self._reader, self._mon, self.links.drain_monitor, 1.0,
@@ -199,6 +201,43 @@ class DataPlane:
         if self._curve is not None and self._curve.zap is not None:
             tg.start_soon(self._reader, self._curve.zap, self._curve.drain_zap, 1.0,
                           name="aoz-zap")
+
+    def _sub_drain(self) -> Callable[[zmq.Socket[bytes]], int]:
+        """The SUB's drain: the receive path's, through a :class:`VerifyingSub` when
+        identities are bound to keys (every frame traced to its connection's key)."""
+        curve = self._curve
+        if curve is None or curve.identities is None or self._sub is None:
+            return self.receive.drain
+        mon = self._mon
+        links = self.links
+
+        def refresh() -> None:
+            if mon is not None and not mon.closed:
+                links.drain_monitor(mon)
+
+        verifying = VerifyingSub(
+            self._sub, curve.identities, curve.permissions, fd_endpoint=links.fds,
+            key_at=lambda endpoint: curve.key_at(endpoint), refresh=refresh,
+            count=self.count,
+        )
+        verifying.kick = self.receive.kick
+        # the hot path reads the SUB through its recv only: the verifier stands in for it
+        sock = cast("zmq.Socket[bytes]", verifying)
+        return lambda _sub: self.receive.drain(sock)
+
+    def name_peers(self, uuid_at: Callable[[str], str | None]) -> None:
+        """``curve_identity``: ``uuid_at`` names the uuid announced at an endpoint (the
+        discovery driver's table); the key connected there is the one that uuid names."""
+        curve = self._curve
+        if curve is None or curve.identities is None:
+            return
+        table = curve.identities
+
+        def key_at(endpoint: str) -> str | None:
+            uuid = uuid_at(endpoint)
+            return None if uuid is None else table.key_of_uuid(uuid)
+
+        curve.key_at = key_at
 
     def _kicker(self, sock: zmq.Socket[bytes]) -> Callable[[], None]:
         """Re-run the drain of ``sock``: a socket call may have eaten its fd signal."""
@@ -257,9 +296,15 @@ class DataPlane:
         n = 0
         changed = False
         apply = self._interest.apply
+        recv: Callable[[int], bytes] = sock.recv
+        curve = self._curve
+        if curve is not None and curve.gate is not None:  # subscribe permissions
+            def recv(flags: int) -> bytes:  # the gated read
+                return curve.read_subscription(sock, flags)
+
         try:
             while n < BATCH:
-                if apply(sock.recv(zmq.NOBLOCK)):
+                if apply(recv(zmq.NOBLOCK)):
                     changed = True
                 n += 1
         except zmq.Again:

@@ -59,6 +59,7 @@ from .errors import (
     WaitTimeout,
 )
 from .hotpath import HOT_PATH, Entry
+from .identity import identity_publisher, identity_uuid
 from .interest import InterestSet
 from .liveness import PeerLinks
 from .message import Message, WeakResponder
@@ -122,7 +123,9 @@ class Node:
         if settings is not None and overrides:
             self.settings = settings.replace(**overrides)
         s = self.settings
-        self.uuid = str(uuidlib.uuid4())
+        # curve_identity: uuid and publisher id are bound to our key (aoz.identity)
+        key = s.curve_public if s.curve_identity else None
+        self.uuid = str(uuidlib.uuid4()) if key is None else identity_uuid(key)
         self.program = s.program or _program_name()
         self.host = socket.gethostname()
         self.pid = os.getpid()
@@ -138,7 +141,8 @@ class Node:
         self._requests = Requests(self.uuid, responder)
         self._frames = FrameBuilder(
             Codec[s.default_codec.upper()],  # MSGPACK, JSON or OMNM
-            publisher=secrets.randbits(64) if s.sequence else None,
+            publisher=(None if not s.sequence else secrets.randbits(64) if key is None
+                       else identity_publisher(key)),
             entry_type=Entry,  # what the hot path's Sender reads
         )
         self._plane = DataPlane(
@@ -189,6 +193,7 @@ class Node:
         tg.start_soon(self._housekeeping, name="aoz-housekeeping")
         self._driver = self._make_driver()
         if self._driver is not None:
+            self._plane.name_peers(self._driver.uuid_at)  # curve_identity only
             # link events are pushed as the link state changes (both halves of a link:
             # our SUB's monitor, the peer's inbox filter at our XPUB), not polled
             driver = self._driver

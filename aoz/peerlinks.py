@@ -63,6 +63,12 @@ class PeerLinkTable:
         self.held: Callable[[], bool] = lambda: False
         #: a link's state changed (liveness pushes link events from it)
         self.on_change: Callable[[], None] = lambda: None
+        #: called with an endpoint just before the SUB connects to it (curve_identity:
+        #: names the peer's key, aoz.security.DataCurve.before_connect)
+        self.before_connect: Callable[[str], None] = lambda endpoint: None
+        #: connection file descriptor -> endpoint, from the monitor (curve_identity
+        #: traces frames to their connection with it: aoz.security.VerifyingSub)
+        self.fds: dict[int, str] = {}
 
     def attach(self, sub: zmq.Socket[bytes]) -> None:
         """Manage ``sub``'s connections (called by the data plane once it is set up)."""
@@ -72,6 +78,7 @@ class PeerLinkTable:
             sub, self.settings, wanted=self.connected.__contains__,
             count=self._count_one,
         )
+        self._guard.prepare = lambda endpoint: self.before_connect(endpoint)
 
     def _count_one(self, counter: str, n: int = 1) -> None:
         self._count(counter, n)
@@ -82,6 +89,7 @@ class PeerLinkTable:
         if endpoint in self.connected:
             return
         with mapped(f"cannot connect to {endpoint!r}"):
+            self.before_connect(endpoint)
             self.sub.connect(endpoint)
         self.connected.add(endpoint)
         self.kick()
@@ -176,6 +184,11 @@ class PeerLinkTable:
                     self._count("monitor_malformed", 1)
                     log.warning("ignored a malformed ZeroMQ monitor event: %r", exc)
                     continue
+                if ev["event"] == zmq.EVENT_CONNECTED:
+                    self.fds[ev["value"]] = endpoint
+                elif (ev["event"] in (zmq.EVENT_DISCONNECTED, zmq.EVENT_CLOSED)
+                      and self.fds.get(ev["value"]) == endpoint):
+                    del self.fds[ev["value"]]
                 if endpoint not in self.connected:
                     continue  # a link already dropped: keep no state for it
                 now = time.monotonic()

@@ -30,6 +30,16 @@ Keys are Z85 text (40 characters), as ``zmq.curve_keypair()`` and ``aoz keys`` m
                 curve_public=node_public, curve_secret=node_secret,
                 curve_allow=[node_public, other_node_public])
 
+Identities bound to keys (``curve_identity=True``, :mod:`aoz.identity`): no mesh
+secret on nodes. Each node's data publisher is a CURVE server with the node's *own*
+keypair, and its SUB connects to each peer with the key that peer's uuid names (set
+just before that connect: libzmq copies the options into each connection). So a data
+link comes up only with the holder of the announced uuid's key, and every frame the
+SUB reads can be traced to the key of its connection (``ZMQ_SRCFD`` -> the endpoint
+the monitor reported for that descriptor -> its key): :class:`VerifyingSub` refuses
+sequenced frames whose publisher id that key does not own, and (with
+``curve_permissions``) publish frames on subjects that key may not publish.
+
 This module's ZAP logic is pure (frames in, frames out); the node owns the socket.
 """
 
@@ -47,11 +57,16 @@ import zmq
 from zmq.utils import z85
 
 from ._errmap import drain_error, mapped, tolerated
-from .errors import ConfigError
+from .errors import ConfigError, DecodeError
+from .identity import IdentityTable, Permissions, SubscribeGate
+from .message import data_start
+from .protocol.frames import Kind, decode_frame, parse_handle, publish_subject_end
+from .protocol.sequence import FLAG, HEADER_LEN, PACK
 
 __all__ = [
     "ZAP_ENDPOINT",
     "DataCurve",
+    "VerifyingSub",
     "ZapThread",
     "keypair",
     "public_key",
@@ -229,15 +244,34 @@ class DataCurve:
         self.allowed: set[str] = set()
         self.zap: zmq.Socket[bytes] | None = None
         self.closing = False
+        #: curve_identity: the listed keys' identities, and endpoint -> the key of the
+        #: peer announced there (the node wires it to its discovery driver)
+        self.identities: IdentityTable | None = None
+        self.permissions: Permissions | None = None
+        #: subscribe permissions: the XPUB applies only the filters this gate allows
+        self.gate: SubscribeGate | None = None
+        self.key_at: Callable[[str], str | None] = lambda endpoint: None
+        self._refused_keys: set[str] = set()
+        if settings.curve_identity:
+            assert settings.curve_public is not None and settings.curve_allow is not None
+            self.identities = IdentityTable({*settings.curve_allow, settings.curve_public})
+            if settings.curve_permissions is not None:
+                self.permissions = Permissions(settings.curve_permissions)
+                if self.permissions.restricts_subscribe:
+                    self.gate = SubscribeGate(self.permissions)
 
     def apply(self, pub: zmq.Socket[bytes], sub: zmq.Socket[bytes]) -> None:
         """Configure ``pub`` and ``sub``; opens the ZAP socket when there is an
         allow-list. Raises ConfigError for an invalid key."""
         s = self._s
-        assert s.curve_server_public and s.curve_server_secret
         public, secret = s.curve_public, s.curve_secret
         if public is None or secret is None:
             public, secret = keypair()
+        if s.curve_identity:  # our own keypair serves; each connect names its peer's key
+            server_public, server_secret = public, secret
+        else:
+            assert s.curve_server_public and s.curve_server_secret
+            server_public, server_secret = s.curve_server_public, s.curve_server_secret
         if s.curve_allow is not None:
             self.allowed = {*s.curve_allow, public}  # self-delivery is always allowed
             zap: zmq.Socket[bytes] = self._ctx.socket(zmq.REP)
@@ -249,13 +283,53 @@ class DataCurve:
         try:
             with mapped(what):  # libzmq refuses a key that is not Z85 with EINVAL
                 pub.setsockopt(zmq.CURVE_SERVER, 1)
-                pub.setsockopt(zmq.CURVE_SECRETKEY, s.curve_server_secret.encode("ascii"))
+                pub.setsockopt(zmq.CURVE_SECRETKEY, server_secret.encode("ascii"))
                 pub.setsockopt(zmq.ZAP_DOMAIN, b"aoz")
-                sub.setsockopt(zmq.CURVE_SERVERKEY, s.curve_server_public.encode("ascii"))
+                if self.gate is not None:  # filters applied by read_subscription only
+                    pub.setsockopt(zmq.XPUB_MANUAL, 1)
+                sub.setsockopt(zmq.CURVE_SERVERKEY, server_public.encode("ascii"))
                 sub.setsockopt(zmq.CURVE_PUBLICKEY, public.encode("ascii"))
                 sub.setsockopt(zmq.CURVE_SECRETKEY, secret.encode("ascii"))
         except UnicodeEncodeError as exc:  # refused before ZeroMQ saw it
             raise ConfigError(what) from exc
+
+    def before_connect(self, sub: zmq.Socket[bytes], endpoint: str) -> None:
+        """``curve_identity``: name the key of the peer at ``endpoint`` as the server key
+        of the connection about to be made (a peer no listed key owns gets a key nobody
+        holds: its handshake fails)."""
+        if self.identities is None:
+            return
+        key = self.key_at(endpoint)
+        if key is None:
+            self._count("identity_unknown_peer", 1)
+            key = _NOBODY
+        sub.setsockopt(zmq.CURVE_SERVERKEY, key.encode("ascii"))
+
+    def read_subscription(self, pub: zmq.Socket[bytes], flags: int) -> bytes:
+        """With subscribe permissions: read one subscription event off the XPUB (in
+        ``XPUB_MANUAL`` mode), apply it to its subscriber's pipe if that key may
+        subscribe it, and return the event the interest set should see (``b""``: none).
+        Raises ``zmq.Again`` as ``recv`` does."""
+        gate = self.gate
+        assert gate is not None
+        frame = pub.recv(flags, copy=False)
+        event = frame.bytes
+        key: str | None = None
+        with tolerated("a subscription without a User-Id", "its subscriber has left"):
+            uid = frame.get("User-Id")
+            key = uid if isinstance(uid, str) else None
+        refused = gate.refused
+        apply, seen = gate.event(event, key)
+        if apply:  # applies to the pipe of the message just read (XPUB_MANUAL)
+            option = zmq.SUBSCRIBE if event[0] == 1 else zmq.UNSUBSCRIBE
+            pub.setsockopt(option, event[1:])
+        if gate.refused != refused:
+            self._count("permission_refused_subscriptions", 1)
+            if key is not None and key not in self._refused_keys:
+                self._refused_keys.add(key)
+                log.warning("refused a subscription of key %s to %r: not permitted "
+                            "(curve_permissions; logged once per key)", key, event[1:65])
+        return seen
 
     def drain_zap(self, sock: zmq.Socket[bytes]) -> int:
         """Answer the ZAP requests waiting on ``sock`` (the data plane's reader calls it)."""
@@ -277,3 +351,125 @@ class DataCurve:
 
 
 _ZAP_BATCH = 1024
+#: a valid public key whose secret nobody keeps (made once per process, secret dropped)
+_NOBODY = keypair()[0]
+#: frames a VerifyingSub refuses in one recv before it lets the drain end (and kicks it)
+_REFUSE_BATCH = 1024
+
+
+class VerifyingSub:
+    """The data SUB as the hot path's drain sees it (``recv``), with every frame
+    traced to the key of the connection it came on (``curve_identity``).
+
+    ``fd_endpoint`` maps a connection's file descriptor to the endpoint the SUB
+    connected (the data SUB's monitor reports it with ``EVENT_CONNECTED``);
+    ``refresh`` reads the monitor now (a frame may come before its connection's
+    event was read); ``key_at`` names the key of the peer at an endpoint. A frame is
+    refused (counted ``identity_refused_frames`` or ``permission_refused``, logged
+    once per peer) when it is sequenced with a publisher id its connection's key does
+    not own, a request whose reply handle names a uuid that key does not own, or a
+    publish or request on a subject that key may not publish; a frame whose connection
+    cannot be traced is refused (``identity_untraced``).
+
+    Limitation: ``ZMQ_SRCFD`` is the descriptor the frame was read from; a frame
+    still queued when its connection closed and its descriptor was reused by another
+    connection is traced to the newer one (refused, unless both are one key's).
+    """
+
+    __slots__ = ("_count", "_logged", "fd_endpoint", "identities", "key_at", "kick",
+                 "permissions", "refresh", "sock")
+
+    def __init__(
+        self,
+        sock: zmq.Socket[bytes],
+        identities: IdentityTable,
+        permissions: Permissions | None,
+        *,
+        fd_endpoint: dict[int, str],
+        key_at: Callable[[str], str | None],
+        refresh: Callable[[], None],
+        count: Callable[[str, int], None],
+    ) -> None:
+        self.sock = sock
+        self.identities = identities
+        self.permissions = permissions
+        self.fd_endpoint = fd_endpoint
+        self.key_at = key_at
+        self.refresh = refresh
+        self.kick: Callable[[], None] = lambda: None
+        self._count = count
+        self._logged: set[str] = set()
+
+    def recv(self, flags: int = 0) -> bytes:
+        """The next frame this node may accept (raises ``zmq.Again`` when none)."""
+        for _ in range(_REFUSE_BATCH):
+            frame = self.sock.recv(flags, copy=False)
+            data = frame.bytes
+            verdict = self.judge(data, frame)
+            if verdict is None:
+                return data
+            self._refused(verdict, frame)
+        self.kick()  # more may be waiting: let other callbacks run first
+        raise zmq.Again()
+
+    def judge(self, data: bytes, frame: zmq.Frame) -> str | None:
+        """None to accept the frame, else the counter it is refused under."""
+        nul = publish_subject_end(data)
+        if nul <= 0:
+            return self._judge_other(data, frame)
+        start = nul + 3
+        sequenced = data_start(data, start) - start >= HEADER_LEN and data[start] & FLAG
+        if not sequenced and self.permissions is None:
+            return None
+        key = self._key(frame)
+        if key is None:
+            return "identity_untraced"
+        if sequenced:
+            publisher = PACK.unpack_from(data, start + 1)[0]
+            if not self.identities.owns_publisher(key, publisher):
+                return "identity_refused_frames"
+        perms = self.permissions
+        if perms is not None:
+            subject = data[:nul].decode("utf-8", "replace")
+            if not perms.may_publish(key, subject):
+                return "permission_refused"
+        return None
+
+    def _judge_other(self, data: bytes, frame: zmq.Frame) -> str | None:
+        """A request names its sender in its reply handle (``_INBOX.<uuid>.<serial>``):
+        that uuid must be its key's, and its subject one the key may publish. Replies
+        and junk are the receive path's to judge."""
+        try:
+            fr = decode_frame(data)
+            if fr.kind is not Kind.REQUEST or fr.reply is None:
+                return None
+            uuid = parse_handle(fr.reply)[0]
+        except DecodeError:
+            return None
+        key = self._key(frame)
+        if key is None:
+            return "identity_untraced"
+        if not self.identities.owns_uuid(key, uuid):
+            return "identity_refused_frames"
+        perms = self.permissions
+        if perms is not None and not perms.may_publish(key, fr.subject.decode("utf-8", "replace")):
+            return "permission_refused"
+        return None
+
+    def _key(self, frame: zmq.Frame) -> str | None:
+        fd = frame.get(zmq.SRCFD)
+        endpoint = self.fd_endpoint.get(fd)
+        if endpoint is None:
+            self.refresh()  # its EVENT_CONNECTED may not have been read yet
+            endpoint = self.fd_endpoint.get(fd)
+        return None if endpoint is None else self.key_at(endpoint)
+
+    def _refused(self, counter: str, frame: zmq.Frame) -> None:
+        self._count(counter, 1)
+        fd = frame.get(zmq.SRCFD)
+        endpoint = self.fd_endpoint.get(fd, f"fd {fd}")
+        if endpoint not in self._logged and len(self._logged) < 1024:
+            self._logged.add(endpoint)
+            log.warning("refused a data frame from %s (%s): it claims an identity or a "
+                        "subject its key does not own (logged once per peer)",
+                        endpoint, counter)

@@ -339,6 +339,9 @@ class HandshakeGuard:
         self._silent: dict[str, float] = {}  # disconnected, no retry seen yet: until when
         self.failures = 0
         self.abandoned = 0
+        #: called with an endpoint just before the guard connects it again (the data
+        #: SUB's per-connection CURVE server key under curve_identity)
+        self.prepare: Callable[[str], None] = lambda endpoint: None
 
     def event(self, event: int, endpoint: str, now: float) -> None:
         """One monitor event of the socket."""
@@ -389,6 +392,7 @@ class HandshakeGuard:
             self._disconnect(endpoint)  # one session per endpoint, whoever connected it
             # the socket may close under us; the next tick (or the owner's close) decides
             with tolerated(f"cannot reconnect to {endpoint}", "the socket is closing"):
+                self.prepare(endpoint)
                 self.sock.connect(endpoint)
 
     def reset(self, endpoint: str) -> None:

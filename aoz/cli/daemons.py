@@ -339,10 +339,23 @@ def register(app: typer.Typer) -> None:
                 help="File of allowed public keys, one a line (repeatable).",
             ),
         ] = None,
+        curve_identity: Annotated[
+            bool,
+            typer.Option(
+                "--curve-identity",
+                rich_help_panel="Security",
+                help="Relay only naming frames whose uuid the sender's key owns (nodes "
+                "with curve_identity=True).",
+            ),
+        ] = False,
         log_level: c.LogLevel = None,
     ) -> None:
         """Run a naming daemon (OZ's nsd) until Ctrl-C/SIGTERM; joins and leaves at INFO."""
         keys = nsd_keys(curve_secret_file, curve_allow, curve_allow_file)
+        if curve_identity:
+            if not keys:
+                raise c.UserError("--curve-identity needs --curve-secret-file and --curve-allow")
+            keys["identity"] = True
         c.run(nsd(bind, port, advertise, heartbeat, keys), own_signals=True)
 
     @app.command("keygen", epilog=EXAMPLES["keygen"])

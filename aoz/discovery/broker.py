@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+from collections.abc import Callable
 from types import TracebackType
 
 import anyio
@@ -39,6 +40,7 @@ log = logging.getLogger("aoz.discovery")
 
 _ids = itertools.count(1)
 _HWM = 100_000
+_RELAY_BATCH = 1024  # messages a checking relay moves per side before polling again
 
 
 def bind_socket(sock: zmq.Socket[bytes], address: str, what: str) -> str:
@@ -76,7 +78,13 @@ class ProxyThread:
         xsub: zmq.Socket[bytes],
         xpub: zmq.Socket[bytes],
         name: str,
+        *,
+        check: Callable[[zmq.Frame], bool] | None = None,
     ) -> None:
+        #: ``check``: judge every message from the XSUB side (single-part; its ZAP
+        #: ``User-Id`` readable with ``frame.get``); False drops it. Without it libzmq's
+        #: own proxy forwards everything.
+        self._check = check
         self._ctx = ctx
         self._xsub = xsub
         self._xpub = xpub
@@ -94,10 +102,39 @@ class ProxyThread:
     def _run(self) -> None:
         try:
             with tolerated(f"proxy {self._thread.name} ended", "its context was terminated"):
-                zmq.proxy_steerable(self._xsub, self._xpub, None, self._peer)
+                if self._check is None:
+                    zmq.proxy_steerable(self._xsub, self._xpub, None, self._peer)
+                else:
+                    self._relay(self._check)
         finally:
             for sock in (self._xsub, self._xpub, self._peer):
                 sock.close(linger=0)
+
+    def _relay(self, check: Callable[[zmq.Frame], bool]) -> None:
+        """The proxy with a judge on the XSUB side; subscriptions go upstream as they are."""
+        xsub, xpub, peer = self._xsub, self._xpub, self._peer
+        poller = zmq.Poller()
+        for sock in (xsub, xpub, peer):
+            poller.register(sock, zmq.POLLIN)
+        while True:
+            ready = dict(poller.poll())
+            if peer in ready and peer.recv() == b"TERMINATE":
+                return
+            for _ in range(_RELAY_BATCH) if xsub in ready else ():
+                try:
+                    frame = xsub.recv(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                more = frame.more
+                while frame.more:  # naming frames are one part: anything else is dropped
+                    frame = xsub.recv(copy=False)
+                if not more and check(frame):
+                    xpub.send(frame, copy=False)
+            for _ in range(_RELAY_BATCH) if xpub in ready else ():
+                try:
+                    xsub.send_multipart(xpub.recv_multipart(zmq.NOBLOCK))
+                except zmq.Again:
+                    break
 
     async def stop(self) -> None:
         """Stop forwarding, join the thread, close the sockets and the context."""

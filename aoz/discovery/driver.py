@@ -36,6 +36,7 @@ from .._errmap import mapped, tolerated, translate
 from ..config import Settings
 from ..endpoints import ipc_mesh
 from ..errors import AozError, DecodeError, NamingTimeout
+from ..identity import IdentityTable
 from ..protocol.naming import NamingType, decode_naming, encode_naming
 from ..sockopts import (
     GUARD_EVENTS,
@@ -110,6 +111,12 @@ class DriverCore:
         self._counters: dict[str, int] = {"naming_out": 0, "naming_decode_errors": 0}
         self._next_link_check = 0.0
         self._wall_offset = time.time() - time.monotonic()
+        #: curve_identity: the listed keys' identities; an announcement of a uuid no
+        #: listed key owns is refused (``identity_refused``)
+        self._identities = (
+            IdentityTable({*(settings.curve_allow or ()), settings.curve_public or ""} - {""})
+            if settings.curve_identity else None
+        )
 
     # ---------------------------------------------------------------- public views
 
@@ -117,6 +124,10 @@ class DriverCore:
     def peers(self) -> list[Peer]:
         """Every node discovery knows, this one included (as OZ records itself)."""
         return [] if self._state is None else self._state.peers
+
+    def uuid_at(self, endpoint: str) -> str | None:
+        """The uuid announced at a data endpoint (:meth:`NamingState.uuid_at`)."""
+        return None if self._state is None else self._state.uuid_at(endpoint)
 
     def statistics(self) -> dict[str, int]:
         """Counters: naming_in, naming_out, naming_malformed, welcomes, peers_expired..."""
@@ -203,6 +214,12 @@ class DriverCore:
             except DecodeError as exc:
                 self._counters["naming_decode_errors"] += 1
                 log.debug("dropped malformed %s input: %s", self.kind, exc)
+                continue
+            if (self._identities is not None and frame.type is not NamingType.WELCOME
+                    and self._identities.key_of_uuid(frame.uuid) is None):
+                self._counters["identity_refused"] = self._counters.get("identity_refused", 0) + 1
+                log.debug("refused %s input from %s: no listed key owns that uuid",
+                          self.kind, frame.uuid)
                 continue
             if frame.type is not NamingType.WELCOME and state.knows_endpoint(frame.endpoint):
                 # a D or a second uuid for a known endpoint is judged by the data link

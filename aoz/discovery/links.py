@@ -65,3 +65,6 @@ class Driver(Protocol):
         rather than at the next periodic check (<= 0.5 s)."""
 
     def statistics(self) -> dict[str, int]: ...
+
+    def uuid_at(self, endpoint: str) -> str | None:
+        """The uuid announced at a data endpoint (listed or being probed), if any."""

@@ -25,6 +25,13 @@ and only the listed client keys complete a handshake, so nobody else can announc
 leave or welcome; nodes join it with ``naming_curve=True``. This mode does not talk to
 OZ programs (their naming sockets have no CURVE).
 
+With ``identity=True`` (``aoz nsd --curve-identity``, for nodes with
+``curve_identity=True``) the daemon also checks who speaks: every naming frame a node
+publishes arrives with the key its connection authenticated with (ZAP's ``User-Id``),
+and a ``C``/``c``/``D`` whose uuid that key does not own (:mod:`aoz.identity`), a ``W``
+(only the daemon welcomes) or an undecodable frame is not relayed; counted in
+:attr:`NamingDaemon.identity_refused` and logged once per key.
+
 Every socket caps inbound messages at :data:`aoz.sockopts.NAMING_MAX` bytes and drops
 handshakes that take longer than ``handshake_timeout``.
 """
@@ -42,9 +49,11 @@ from types import TracebackType
 import anyio
 import zmq
 
+from .._errmap import tolerated
 from ..endpoints import daemon_endpoint
-from ..errors import AozError, ClosedError, ConfigError
-from ..protocol.naming import NamingFrame, NamingType, encode_naming
+from ..errors import AozError, ClosedError, ConfigError, DecodeError
+from ..identity import IdentityTable
+from ..protocol.naming import NamingFrame, NamingType, decode_naming, encode_naming
 from ..security import ZapThread, public_key, read_key, read_keys
 from ..sockopts import NAMING_MAX, apply_curve_server
 from .broker import ProxyThread, bind_socket, tune
@@ -55,6 +64,7 @@ log = logging.getLogger("aoz.nsd")
 
 DEFAULT_PORT = 5756
 _WILDCARDS = {"*", "0.0.0.0", "::", "[::]", ""}
+_LOGGED_KEYS = 1024  # refused keys logged once each (then silently counted)
 
 
 def welcome_frame(xsub_endpoint: str, *, program: str = "nsd") -> bytes:
@@ -94,7 +104,17 @@ class NamingDaemon:
         handshake_timeout: float = 5.0,
         curve_server_secret: str | None = None,
         curve_allow: list[str] | None = None,
+        identity: bool = False,
     ) -> None:
+        if identity and curve_server_secret is None:
+            raise ConfigError(
+                "identity=True (--curve-identity) needs a secured nsd: the mesh secret key "
+                "and curve_allow, whose keys are the identities it checks"
+            )
+        #: naming frames refused because their sender's key does not own their uuid
+        self.identity_refused = 0
+        self._identities = IdentityTable(curve_allow or ()) if identity else None
+        self._refused_keys: set[str] = set()
         if curve_server_secret is not None:
             self.curve_server_public: str | None = public_key(curve_server_secret)
             if not curve_allow:
@@ -159,9 +179,35 @@ class NamingDaemon:
                 self._zap.stop()
             ctx.term()
             raise
-        self._proxy = ProxyThread(ctx, xsub, xpub, name="aoz-nsd")
+        check = self._judge if self._identities is not None else None
+        self._proxy = ProxyThread(ctx, xsub, xpub, name="aoz-nsd", check=check)
         self._proxy.start()
         log.debug("nsd ready: xpub=%s xsub=%s", self.endpoint, self.xsub_endpoint)
+
+    def _judge(self, frame: zmq.Frame) -> bool:
+        """Whether a naming frame from a node may be relayed (runs in the proxy thread):
+        its uuid must be one its sender's key owns."""
+        table = self._identities
+        assert table is not None
+        key: object = ""
+        with tolerated("a naming frame without a User-Id", "its connection has no ZAP identity"):
+            key = frame.get("User-Id")
+        try:
+            named: NamingFrame | None = decode_naming(frame.bytes)
+        except DecodeError:
+            named = None
+        if named is not None and named.type is not NamingType.WELCOME and isinstance(
+            key, str) and table.owns_uuid(key, named.uuid):
+            return True
+        self.identity_refused += 1
+        if key not in self._refused_keys and len(self._refused_keys) < _LOGGED_KEYS:
+            self._refused_keys.add(str(key))
+            log.warning(
+                "refused a naming frame (%s): its uuid is not one its sender's key owns; "
+                "sender key %s (logged once per key)",
+                "undecodable" if named is None else f"{named.type.name} {named.uuid}", key,
+            )
+        return False
 
     def _advertised(self, bound: str) -> str:
         if not bound.startswith("tcp://"):  # ipc: the path is the same for every node
@@ -215,6 +261,7 @@ async def _serve(args: argparse.Namespace, secret: str | None, allow: list[str])
             heartbeat_interval=args.heartbeat,
             curve_server_secret=secret,
             curve_allow=allow or None,
+            identity=args.curve_identity,
         ) as nsd:
             secured = " curve=on" if secret is not None else ""
             print(
@@ -265,6 +312,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--curve-allow-file", action="append", help="file of allowed public keys, one a line"
+    )
+    parser.add_argument(
+        "--curve-identity",
+        action="store_true",
+        help="relay only naming frames whose uuid the sender's key owns (nodes with "
+        "curve_identity=True); needs --curve-secret-file and --curve-allow*",
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING...")
     args = parser.parse_args(argv)

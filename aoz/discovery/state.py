@@ -365,6 +365,16 @@ class NamingState:
         """Whether a known peer (or this node) holds ``endpoint``."""
         return endpoint in self._by_endpoint or endpoint == self.endpoint
 
+    def uuid_at(self, endpoint: str) -> str | None:
+        """The uuid announced at ``endpoint``: ours, a listed peer's, or a probed one's
+        (what the data SUB is about to connect to)."""
+        if endpoint == self.endpoint:
+            return self.uuid
+        uuid = self._by_endpoint.get(endpoint)
+        if uuid is not None:
+            return uuid
+        return next((u for u, x in self._expired.items() if x.endpoint == endpoint), None)
+
     def frame(self, ftype: NamingType) -> NamingFrame:
         """Our own naming frame of the given type."""
         return NamingFrame(ftype, self.program, self.host, self.pid, self.uuid, self.endpoint)
