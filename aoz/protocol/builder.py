@@ -90,7 +90,7 @@ class FrameBuilder:
             if is_reserved(subject):
                 raise SubjectError(
                     f"subject {subject!r} is reserved for aoz's inboxes and naming; "
-                    "choose a subject that does not start with _INBOX. or _NAMING",
+                    "choose a subject that does not start with _INBOX., _NAMING or _AOZ.",
                     subject=subject,
                 )
             h = publish_header(subject_bytes(subject))

@@ -174,6 +174,32 @@ class SequenceTracker:
             return 0
         return missing
 
+    def advance(self, subject: bytes, publisher: int, sequence: int) -> int:
+        """A publisher heartbeat says ``publisher``'s last number on ``subject`` is
+        ``sequence``: move a tracked stream that is behind up to it and return how many
+        of its messages are missing (its lost tail); 0 for an unknown stream (nothing to
+        compare with: a heartbeat never starts one), one that is not behind, or a number
+        that went backwards (a heartbeat overtaken by the stream's own messages)."""
+        st = self.last_seen.get(subject)
+        if st is None:
+            return 0
+        streams: dict[int, int] | None = None
+        if st[0] == publisher:
+            last = st[1]
+        else:
+            streams = self._streams.get(subject)
+            if streams is None or publisher not in streams:
+                return 0
+            last = streams[publisher]
+        missing = (sequence - last) % _WRAP
+        if missing == 0 or missing >= _MAX_GAP:
+            return 0
+        if streams is None:
+            st[1] = sequence
+        else:
+            streams[publisher] = sequence
+        return missing
+
     def forget(self, subjects: Iterable[bytes]) -> int:
         """Forget every stream of ``subjects`` (no subscription receives them any more:
         a gap across that absence is not a loss); returns how many streams."""
