@@ -36,6 +36,8 @@ class Heartbeats:
         self._send = send
         self.interval = interval
         self.schedule = HeartbeatSchedule(window)
+        if interval > 0:  # entries the builder lets go between ticks
+            builder.on_release = self.schedule.release
         self.sent = 0  #: heartbeat frames sent
         self.refused = 0  #: heartbeat frames a full queue refused (send_policy="block")
 

@@ -157,17 +157,35 @@ class HeartbeatSchedule:
     ([], [('A', 3)], [('A', 3)], [])
     """
 
-    __slots__ = ("_recent", "_seen", "window")
+    __slots__ = ("_recent", "_released", "_seen", "window")
 
     def __init__(self, window: float) -> None:
         self.window = window
         self._seen: dict[str, int] = {}  # subject -> its number at the last tick
         self._recent: dict[str, float] = {}  # subject -> when its number last moved
+        # numbers of entries the builder let go since the last tick (FrameBuilder's
+        # on_release): past 8,192 subjects it clears its entries, maybe between ticks
+        self._released: dict[str, int] = {}
+
+    def release(self, entries: Mapping[str, SeqEntry]) -> None:
+        """The frame builder is about to let ``entries`` go (its header cache is full):
+        keep the numbers that moved since the last tick, for the next one."""
+        seen = self._seen
+        released = self._released
+        for name, e in entries.items():
+            seq = e.seq
+            if seq and seen.get(name) != seq:
+                released[name] = seq
 
     def tick(self, entries: Mapping[str, SeqEntry], now: float) -> list[tuple[str, int]]:
         """The ``(subject, last number)`` pairs to announce at ``now``."""
         seen = self._seen
         recent = self._recent
+        if self._released:
+            for name, seq in self._released.items():
+                seen[name] = seq
+                recent[name] = now
+            self._released.clear()
         for name, e in entries.items():
             seq = e.seq
             if seq and seen.get(name) != seq:

@@ -138,6 +138,26 @@ def test_the_task_sends_a_tick_s_frames_and_counts_what_is_refused() -> None:
                       window=1.0).tick(5.0) == 0  # an unsequenced node announces nothing
 
 
+def test_subjects_the_builder_lets_go_between_ticks_are_announced() -> None:
+    """Past its header cache's bound the builder clears its entries, maybe several
+    times between two ticks: every subject published since the last tick is still
+    announced once quiet, with its last number."""
+    fb = FrameBuilder(Codec.MSGPACK, publisher=5, cache_max=4)
+    sent: list[bytes] = []
+    beats = Heartbeats(fb, lambda f: sent.append(f) is None, interval=1.0, window=30.0)
+    for i in range(10):
+        fb.publish(f"S{i}", b"x")
+    fb.publish("S0", b"x")  # number 2, in a fresh entry
+    assert len(fb.entries) < 10  # the cache let most of them go
+    assert beats.tick(0.0) == 0  # all moved since the last tick
+    assert beats.tick(1.0) >= 1
+    got = dict(e for f in sent for e in hb.decode(f[len(hb.SUBJECT_HEADER):])[1])
+    assert got == {f"S{i}".encode(): 1 for i in range(1, 10)} | {b"S0": 2}
+    off = FrameBuilder(Codec.MSGPACK, publisher=5, cache_max=4)
+    Heartbeats(off, lambda f: True, interval=0.0, window=30.0)
+    assert off.on_release is None  # heartbeats off: nothing kept for them
+
+
 def test_tracker_advance_moves_known_streams_only() -> None:
     t = SequenceTracker()
     assert t.advance(b"S", 1, 5) == 0  # unknown: a heartbeat never starts a stream
