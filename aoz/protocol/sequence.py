@@ -9,8 +9,9 @@ The publisher id is random per node; the sequence counts the node's publications
 each subject from 1 and wraps at 2**32. A subscriber keeps the last sequence per
 (subject, publisher): a jump of more than one means messages were lost upstream (at a
 high-water mark, on a cut link, across a reconnect), and by exactly how many. Loss is
-detected when the next message on that subject arrives; a stream that simply stops
-cannot tell that its tail was lost.
+detected when the next message on that subject arrives; a stream that simply stops is
+covered by its publisher's heartbeats (:mod:`aoz.protocol.heartbeat`,
+:meth:`SequenceTracker.advance`).
 
 Payloads without the flag (OZ programs' omnm payloads, replies, requests, bytes from
 other libraries) are unsequenced and delivered as they are.
