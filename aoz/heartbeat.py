@@ -8,7 +8,9 @@ frames of at most :data:`~aoz.protocol.heartbeat.MAX_FRAME` bytes
 (:func:`~aoz.protocol.heartbeat.encode`) and sends them through the data plane's
 ``send_control`` (now or not at all: a frame a full queue refuses is counted, and the
 next tick says the same again). It reads the builder's entries only: the publish hot
-path does nothing for heartbeats. What the receiving side does with them is
+path does nothing for heartbeats. While a publish waits for room (``send_policy=
+"block"``) its frame is numbered but not sent, so no tick runs: a heartbeat must never
+announce a number ahead of the wire. What the receiving side does with them is
 :meth:`aoz.receive.Receiver.heartbeat`.
 """
 
@@ -28,12 +30,15 @@ __all__ = ["Heartbeats"]
 class Heartbeats:
     """One node's publisher heartbeats (see the module docstring)."""
 
-    __slots__ = ("_builder", "_send", "interval", "refused", "schedule", "sent")
+    __slots__ = ("_builder", "_busy", "_send", "interval", "refused", "schedule", "sent")
 
     def __init__(self, builder: FrameBuilder, send: Callable[[bytes], bool], *,
-                 interval: float, window: float) -> None:
+                 interval: float, window: float,
+                 busy: Callable[[], bool] = lambda: False) -> None:
         self._builder = builder
         self._send = send
+        #: True while numbered frames wait to be sent (SendPath.waiters)
+        self._busy = busy
         self.interval = interval
         self.schedule = HeartbeatSchedule(window)
         if interval > 0:  # entries the builder lets go between ticks
@@ -50,8 +55,8 @@ class Heartbeats:
     def tick(self, now: float) -> int:
         """Send what is due at ``now``; returns how many frames were sent."""
         publisher = self._builder.publisher
-        if publisher is None:
-            return 0
+        if publisher is None or self._busy():
+            return 0  # busy: the schedule is not advanced, the next tick judges
         due = self.schedule.tick(self._builder.entries, now)
         if not due:
             return 0

@@ -154,7 +154,8 @@ class Node:
         self._send = self._plane.send  # every publish goes through here (aoz.send)
         self._heartbeats = Heartbeats(self._frames, self._plane.send_control,
                                       interval=s.publisher_heartbeat,
-                                      window=s.publisher_heartbeat_window)
+                                      window=s.publisher_heartbeat_window,
+                                      busy=lambda: self._send.waiters > 0)
         self._driver: Driver | None = None
         self._peer_hub = PeerEventHub()
         self._links = PeerLinks(self.uuid, self._plane, self._interest, self._peer_hub,

@@ -158,6 +158,23 @@ def test_subjects_the_builder_lets_go_between_ticks_are_announced() -> None:
     assert off.on_release is None  # heartbeats off: nothing kept for them
 
 
+def test_no_tick_while_numbered_frames_wait_to_be_sent() -> None:
+    """send_policy="block": a publish waiting for room holds a numbered frame; a
+    heartbeat then would announce a number ahead of the wire (a false lost tail, and
+    the frame itself later seen as a restarted stream)."""
+    fb = FrameBuilder(Codec.MSGPACK, publisher=5)
+    waiting = [True]
+    sent: list[bytes] = []
+    beats = Heartbeats(fb, lambda f: sent.append(f) is None, interval=1.0, window=30.0,
+                       busy=lambda: waiting[0])
+    fb.publish("S", b"x")
+    assert beats.tick(0.0) == 0 and beats.tick(1.0) == 0 and beats.tick(2.0) == 0
+    waiting[0] = False
+    assert beats.tick(3.0) == 0  # first seen now: moved since the last tick
+    assert beats.tick(4.0) == 1 and hb.decode(sent[0][len(hb.SUBJECT_HEADER):])[1] == [
+        (b"S", 1)]
+
+
 def test_tracker_advance_moves_known_streams_only() -> None:
     t = SequenceTracker()
     assert t.advance(b"S", 1, 5) == 0  # unknown: a heartbeat never starts a stream
