@@ -181,11 +181,13 @@ async def test_a_lost_tail_at_a_high_water_mark_is_reported_within_an_interval()
 
 
 async def test_heartbeats_off_sends_none() -> None:
-    """Two publishers, one with heartbeats off: a raw SUB hears the other one's several
-    times and never the silent one's."""
+    """Two publishers, one with heartbeats off: a raw SUB linked to both (each has seen
+    its filter) hears the other one's heartbeats several times and never the silent
+    one's."""
     ctx = zmq.asyncio.Context.instance()
     raw = ctx.socket(zmq.SUB)
     raw.setsockopt(zmq.SUBSCRIBE, hb.FILTER)
+    raw.setsockopt(zmq.SUBSCRIBE, b"HB.OFF\0")  # only raw subscribes to it
     try:
         async with (
             aoz.connect(bind=["tcp://127.0.0.1:*"], publisher_heartbeat=INTERVAL) as on,
@@ -194,13 +196,18 @@ async def test_heartbeats_off_sends_none() -> None:
             raw.connect(on.endpoint)
             raw.connect(off.endpoint)
             for node in (on, off):
-                await node.wait_for_interest("_AOZ.HB", timeout=10)
+                await node.wait_for_interest("HB.OFF", timeout=10)  # raw's link is up
                 await node.publish("HB.OFF", b"x")
             heard: list[int] = []
+            data = 0
             with anyio.fail_after(10):
                 while len(heard) < 5:
                     frame = await raw.recv()
-                    heard.append(hb.decode(frame[len(hb.SUBJECT_HEADER):])[0])
+                    if frame.startswith(hb.FILTER):
+                        heard.append(hb.decode(frame[len(hb.SUBJECT_HEADER):])[0])
+                    else:
+                        data += 1
+            assert data == 2  # both links carried their publication
             assert set(heard) == {on._frames.publisher}
             assert off.statistics().heartbeats_out == 0
             assert on.statistics().heartbeats_out >= 5
