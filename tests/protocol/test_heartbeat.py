@@ -189,3 +189,35 @@ def test_tracker_advance_moves_known_streams_only() -> None:
     assert t.advance(b"S", 3, 50) == 0  # a publisher never seen on S
     t.check(b"W", 1, 2**32 - 1)
     assert t.advance(b"W", 1, 1) == 2  # across the wrap: 0, 1
+
+
+@settings(max_examples=500, deadline=None)
+@given(steps=st.lists(st.tuples(st.sampled_from(["pub", "pub", "pub", "beat"]),
+                                st.booleans()), max_size=80))
+def test_gaps_and_tails_together_count_each_loss_exactly_once(
+    steps: list[tuple[str, bool]],
+) -> None:
+    """One publisher, in order: each publication arrives or is lost; a heartbeat (which
+    may itself be lost) announces the last number so far. What the tracker reports
+    (gaps on arrival + tails from heartbeats) is exactly what is known missing:
+    every number up to the highest one arrived or announced, minus what arrived."""
+    t = SequenceTracker()
+    seq = 0
+    arrived = 0
+    known = 0  # highest number the subscriber has seen, by a message or a heartbeat
+    first: int | None = None  # the stream starts at the first message that arrives
+    reported = 0
+    for kind, delivered in steps:
+        if kind == "pub":
+            seq += 1
+            if delivered:
+                reported += t.check(b"S", 9, seq)
+                arrived += 1
+                first = seq if first is None else first
+                known = max(known, seq)
+        elif delivered and seq:
+            reported += t.advance(b"S", 9, seq)
+            if first is not None:
+                known = max(known, seq)
+    expected = 0 if first is None else known - first + 1 - arrived
+    assert reported == expected
