@@ -128,31 +128,30 @@ async def test_malformed_heartbeats_are_counted_and_dropped() -> None:
 
 async def test_a_lost_tail_at_a_high_water_mark_is_reported_within_an_interval() -> None:
     """The acceptance case: a subscriber frozen (a full ``overflow="block"`` queue stops
-    its node reading) while an aoz publisher sends 4 rounds of 1,000 messages into
-    small high-water marks and socket buffers, then resumed. The last rounds are dropped at the
+    its node reading) while an aoz publisher sends 30 rounds of 100 messages of 16 KiB
+    into small high-water marks, then resumed. The last rounds are dropped at the
     publisher's HWM (everything between is full) and nothing else is ever published on
     that subject: the loss is still reported, from a heartbeat, and exactly (received +
     lost == sent); a later message does not count it again."""
-    rounds, per_round = 4, 1000
+    rounds, per_round = 30, 100
     n = rounds * per_round
-    body = b"x" * 1024
+    body = b"x" * 16384  # 48 MiB in all; the link holds ~4.5 MiB (measured: ~14 rounds)
     async with (
         aoz.connect(bind=["tcp://127.0.0.1:*"], send_hwm=50,
                     publisher_heartbeat=INTERVAL) as pub,
         aoz.connect(bind=["tcp://127.0.0.1:*"], recv_hwm=50) as node,
         node.subscribe("TAIL.X", queue_size=10, overflow="block") as sub,
     ):
-        # small kernel buffers on this one link (no autotuning up to tens of MiB), so
-        # that a few hundred KiB fill it end to end
-        pub._plane._pub.setsockopt(zmq.SNDBUF, 65536)
+        # a small receive buffer on this one link (no autotuning up to 32 MiB); the
+        # sender's kernel buffer still grows to tcp_wmem's maximum (4 MiB here)
         node._plane._sub.setsockopt(zmq.RCVBUF, 65536)
         node.connect_endpoint(pub.endpoint)
         await pub.wait_for_interest("TAIL.X", timeout=10)
         for _ in range(rounds):
             for _ in range(per_round):
                 await pub.publish("TAIL.X", body)
-            # pacing, not synchronisation: ZeroMQ's I/O thread moves what it can, so
-            # the later rounds meet full pipes end to end
+            # pacing, not synchronisation: ZeroMQ's I/O thread moves what it can
+            # until the link is full end to end; the later rounds are dropped whole
             await anyio.sleep(0.02)
         received = 0
         last = 0
