@@ -84,6 +84,14 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     reconnect_interval: float = 0.1
     #: ZeroMQ heartbeat interval/timeout on data and naming links (OZ: 10 s); 0 disables
     heartbeat_interval: float = 1.0
+    #: publisher heartbeats (aoz only; OZ programs neither send nor need them): every
+    #: this many seconds a node that published on a subject and then went quiet tells
+    #: subscribers the subject's last sequence number, so a lost tail is reported within
+    #: one interval (``lost``, ``error_cb``); 0 sends none. Needs ``sequence``.
+    publisher_heartbeat: float = 1.0
+    #: how long after its last publication a quiet subject is still announced, seconds
+    #: (a subscriber frozen longer than this is not told of a lost tail)
+    publisher_heartbeat_window: float = 30.0
     #: UDP beacon discovery (udp mode)
     udp_port: int = 11312
     udp_address: str = "127.255.255.255"
@@ -156,6 +164,10 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
         _check(self.expire_beacons >= 1, "expire_beacons must be >= 1")
         _check(self.reconnect_interval > 0, "reconnect_interval must be > 0 seconds")
         _check(self.heartbeat_interval >= 0, "heartbeat_interval must be >= 0 (0 disables)")
+        _check(self.publisher_heartbeat >= 0,
+               "publisher_heartbeat must be >= 0 seconds (0 sends no heartbeats)")
+        _check(self.publisher_heartbeat_window > 0,
+               "publisher_heartbeat_window must be > 0 seconds")
         _check(self.queue_size >= 1, "queue_size must be >= 1")
         _check(0 < self.udp_port < 65536, "udp_port must be within 1..65535")
         _check(self.linger >= 0, "linger must be >= 0 seconds")

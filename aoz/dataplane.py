@@ -48,6 +48,7 @@ from .endpoints import bind_endpoint, connectable
 from .interest import InterestSet
 from .message import Responder
 from .peerlinks import PeerLinkTable
+from .protocol import heartbeat
 from .protocol.builder import FrameBuilder
 from .receive import Receiver
 from .routing import RoutingTable
@@ -102,6 +103,7 @@ class DataPlane:
         self._sub: zmq.Socket[bytes] | None = None
         self._mon: zmq.Socket[bytes] | None = None
         self._drainers: dict[int, Callable[[], None]] = {}
+        self._kick_pub: Callable[[], None] = lambda: None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def count(self, counter: str, n: int = 1) -> None:
@@ -132,6 +134,7 @@ class DataPlane:
             # every mode: the handshake guard needs the events (link state: naming/udp)
             self._mon = sub.get_monitor_socket(DATA_MONITOR_EVENTS)
         kick = self._kicker(sub)
+        self._kick_pub = self._kicker(pub)
         self.receive.kick = self.links.kick = kick
         self.links.held = lambda: self.receive.holds > 0
         if s.mode in ("naming", "udp"):
@@ -152,6 +155,9 @@ class DataPlane:
             self.links.connect(s.broker_sub)
         with mapped("cannot subscribe to this node's inbox"):
             sub.setsockopt(zmq.SUBSCRIBE, self._inbox_filter)
+            # publisher heartbeats (aoz.protocol.heartbeat): every aoz node takes them,
+            # whatever it subscribes to (docs/PROTOCOL.md says why)
+            sub.setsockopt(zmq.SUBSCRIBE, heartbeat.FILTER)
 
     def _bind(self, endpoint: str) -> None:
         assert self._pub is not None
@@ -318,6 +324,23 @@ class DataPlane:
                 self.on_interest()
             self.send.room()  # any XPUB event may mean room again: re-check
         return n
+
+    def send_control(self, frame: bytes) -> bool:
+        """Send one of aoz's control frames (a publisher heartbeat) now or not at all:
+        False when the publisher is closed or, with ``send_policy="block"``, a
+        subscriber's queue is full. Never waits, never counted as a publish."""
+        pub = self._pub
+        if pub is None or pub.closed or self.receive.closing:
+            return False
+        try:
+            with mapped("cannot send a heartbeat"):
+                try:
+                    pub.send(frame, zmq.NOBLOCK)
+                except zmq.Again:
+                    return False
+        finally:
+            self._kick_pub()  # the send may have taken the XPUB's fd signal
+        return True
 
     def read_interest(self) -> None:
         """Fold in the subscription events waiting on the XPUB now."""

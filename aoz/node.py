@@ -58,6 +58,7 @@ from .errors import (
     UsageTypeError,
     WaitTimeout,
 )
+from .heartbeat import Heartbeats
 from .hotpath import HOT_PATH, Entry
 from .identity import identity_publisher, identity_uuid
 from .interest import InterestSet
@@ -103,6 +104,11 @@ class NodeStatistics(msgspec.Struct, frozen=True, kw_only=True):
     #: sequenced streams whose count restarted (seen again after the tracker evicted
     #: them at its bound, or renumbered by their publisher): their gap is unknown
     streams_restarted: int = 0
+    #: publisher heartbeat frames sent (aoz.heartbeat) and received well-formed
+    heartbeats_out: int = 0
+    heartbeats_in: int = 0
+    #: of ``lost_in``, messages found lost by a heartbeat (a lost tail: no later message)
+    lost_tails: int = 0
 
 
 class Node:
@@ -150,6 +156,10 @@ class Node:
             self._requests.inbox_filter, self._frames, self.uuid,
         )
         self._send = self._plane.send  # every publish goes through here (aoz.send)
+        self._heartbeats = Heartbeats(self._frames, self._plane.send_control,
+                                      interval=s.publisher_heartbeat,
+                                      window=s.publisher_heartbeat_window,
+                                      busy=lambda: self._send.waiters > 0)
         self._driver: Driver | None = None
         self._peer_hub = PeerEventHub()
         self._links = PeerLinks(self.uuid, self._plane, self._interest, self._peer_hub,
@@ -191,6 +201,8 @@ class Node:
         self._plane.open()
         await self._plane.run(tg)
         tg.start_soon(self._housekeeping, name="aoz-housekeeping")
+        if self.settings.publisher_heartbeat > 0 and self._frames.publisher is not None:
+            tg.start_soon(self._heartbeats.run, name="aoz-heartbeats")
         self._driver = self._make_driver()
         if self._driver is not None:
             self._plane.name_peers(self._driver.uuid_at)  # curve_identity only
@@ -708,6 +720,9 @@ class Node:
             discovery=disc,
             hot_path=HOT_PATH,
             streams_restarted=rx.sequences.restarted,
+            heartbeats_out=self._heartbeats.sent,
+            heartbeats_in=rx.heartbeats_in,
+            lost_tails=rx.lost_tails,
         )
 
     def __repr__(self) -> str:

@@ -5,7 +5,10 @@ Owns what the hot path's drain reads and writes (:class:`Receiver`, the
 sequence tracker (loss per publisher and subject), the back-pressure hold of blocking
 subscriptions, and the receive counters. The per-frame loop itself is the hot path's
 (:mod:`aoz.hotpath`); this room handles what the loop hands back: a sequence that is not
-simply the next number, requests, replies and malformed frames, socket errors.
+simply the next number, requests, replies and malformed frames, socket errors, and
+publisher heartbeats (:mod:`aoz.protocol.heartbeat`: a stream whose publisher says it
+is further than what arrived has lost its tail). Every loss it finds, a gap or a lost
+tail, is reported through one method, :meth:`Receiver.report_gap`.
 
 It owns no socket: the data plane (:mod:`aoz.dataplane`) calls :meth:`Receiver.drain`
 with the SUB when it is readable, and gives it ``kick`` to re-run that drain.
@@ -16,12 +19,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ._errmap import drain_error
 from .errors import AozError
 from .hotpath import drain_sub
 from .message import Message, Responder, data_start
+from .protocol import heartbeat
 from .protocol.frames import Kind, decode_frame
 from .protocol.sequence import SequenceTracker
 from .protocol.subjects import Pattern
@@ -34,6 +38,27 @@ if TYPE_CHECKING:
 __all__ = ["Receiver"]
 
 log = logging.getLogger("aoz.node")
+
+_WRAP = 2**32
+
+
+class _HeartbeatIn:
+    """Where the drain hands frames on the heartbeat subject: what a subscription is to
+    the hot path (``blocking``, ``push``, ``push_many``). ``blocking`` makes the drain
+    push each one as it comes, in order with the data frames around it."""
+
+    __slots__ = ("_rx",)
+    blocking = True
+
+    def __init__(self, rx: Receiver) -> None:
+        self._rx = rx
+
+    def push(self, msg: Message) -> None:
+        self._rx.heartbeat(msg.payload)
+
+    def push_many(self, msgs: list[Message]) -> None:
+        for msg in msgs:
+            self._rx.heartbeat(msg.payload)
 
 
 class Receiver:
@@ -57,9 +82,14 @@ class Receiver:
         self.bytes_in = 0
         self.malformed = 0
         self.lost = 0  # messages known missing upstream (sequence gaps), all subscriptions
+        self.lost_tails = 0  # of which found by publisher heartbeats (lost tails)
+        self.heartbeats_in = 0  # well-formed heartbeat frames received
         self.closing = False  # set by the data plane: socket errors are expected then
         #: re-run the drain (set by the data plane once the SUB's reader runs)
         self.kick: Callable[[], None] = lambda: None
+        # every aoz node's data SUB subscribes to the heartbeat subject (aoz.dataplane);
+        # the drain routes its frames here like an exact subscription's
+        routes.pin(heartbeat.SUBJECT, cast(Subscription, _HeartbeatIn(self)))
 
     def drain(self, sock: zmq.Socket[bytes]) -> int:
         """Drain up to a batch of frames of the data SUB (the hot path)."""
@@ -73,10 +103,47 @@ class Receiver:
         publisher: a first frame, another publisher, or a gap."""
         missing = self.sequences.check(subject, publisher, seq, time.monotonic())
         if missing:
+            self.report_gap(subject, publisher, (seq - missing) % _WRAP, (seq - 1) % _WRAP,
+                            subs, msg)
+
+    def report_gap(
+        self, subject: bytes, publisher: int, first: int, last: int,
+        subs: tuple[Subscription, ...], msg: Message | None,
+    ) -> None:
+        """Messages ``first..last`` (inclusive, sequence numbers modulo 2**32) of
+        ``publisher`` on ``subject`` are missing: count them in the node's ``lost`` and
+        each subscription's (which tells ``error_cb``). ``msg`` is the message that
+        arrived after the gap (its ``gap`` is set), ``None`` for a lost tail found by a
+        heartbeat. The sequence tracker has already moved past ``last``, so one loss is
+        reported once."""
+        missing = (last - first) % _WRAP + 1
+        if msg is not None:
             msg.gap = missing
-            self.lost += missing
-            for s in subs:
-                s.upstream_loss(missing)
+        else:
+            self.lost_tails += missing
+        self.lost += missing
+        for s in subs:
+            s.upstream_loss(missing)
+
+    def heartbeat(self, payload: bytes) -> None:
+        """A publisher heartbeat (:mod:`aoz.protocol.heartbeat`): every stream it names
+        that this node tracks and that is behind has lost its tail. Streams this node
+        does not track (subjects it does not subscribe to, or has received nothing on)
+        are ignored; a malformed heartbeat is counted and dropped whole."""
+        self.messages_in -= 1  # control traffic, not a message (the drain counted it)
+        try:
+            publisher, items = heartbeat.decode(payload)
+        except AozError as exc:
+            self.malformed += 1
+            log.debug("dropped malformed heartbeat (%s): %r", exc, payload[:64])
+            return
+        self.heartbeats_in += 1
+        advance = self.sequences.advance
+        for subject, seq in items:
+            missing = advance(subject, publisher, seq)
+            if missing:
+                self.report_gap(subject, publisher, (seq - missing + 1) % _WRAP, seq,
+                                self.routes.route(subject) or (), None)
 
     def forget_streams(self, closed: Pattern) -> None:
         """A subscription to ``closed`` ended: forget the streams of the subjects it

@@ -10,7 +10,7 @@ clears the cache; the cache is also cleared when it grows past ``cache_max``
 subjects, which bounds its memory (a feed of more distinct subjects than that pays
 the pattern tests again, never more).
 
-Wildcards never see aoz's own traffic (``_INBOX.``, ``_NAMING``; SPEC §7). A subject
+Wildcards never see aoz's own traffic (``_INBOX.``, ``_NAMING``, ``_AOZ.``; SPEC §7). A subject
 that is not valid UTF-8 routes to ``None``: the caller counts it as malformed.
 
 The table holds any subscriber type, so it is tested without sockets::
@@ -40,7 +40,7 @@ _CACHE_MAX = 65536
 class RoutingTable(Generic[S]):
     """Subjects and patterns to subscribers, with a per-subject cache (see module doc)."""
 
-    __slots__ = ("_exact", "_wild", "cache", "cache_max")
+    __slots__ = ("_exact", "_pinned", "_wild", "cache", "cache_max")
 
     def __init__(self, cache_max: int = _CACHE_MAX) -> None:
         self._exact: dict[bytes, tuple[S, ...]] = {}
@@ -50,6 +50,16 @@ class RoutingTable(Generic[S]):
         #: subject bytes -> subscribers; read directly by the receive hot path
         self.cache: dict[bytes, tuple[S, ...] | None] = {}
         self.cache_max = cache_max
+        # aoz's own receivers of a reserved subject (publisher heartbeats): routed like
+        # an exact subscription, never listed, never cleared
+        self._pinned: dict[bytes, tuple[S, ...]] = {}
+
+    def pin(self, subject: bytes, sub: S) -> None:
+        """Route ``subject`` (one of aoz's reserved subjects) to ``sub`` for the
+        table's lifetime; ``sub`` is not one of the table's subscribers (not iterated,
+        not returned by :meth:`clear`)."""
+        self._pinned[subject] = (sub,)
+        self.cache.pop(subject, None)
 
     def add(self, pattern: Pattern, sub: S) -> None:
         """Route ``pattern``'s subjects to ``sub`` too."""
@@ -85,7 +95,7 @@ class RoutingTable(Generic[S]):
         except UnicodeDecodeError:
             out = None
         else:
-            out = self._exact.get(subject, ())
+            out = self._pinned.get(subject) or self._exact.get(subject, ())
             if self._wild and not hidden_from_wildcards(text):  # also _QUEUE. (aoz.queues)
                 out = out + tuple(s for p, s in self._wild.values() if p.matches(text))
         if len(self.cache) >= self.cache_max:

@@ -54,7 +54,7 @@ class FrameBuilder:
     """Builds publish, request and reply frames (see the module docstring)."""
 
     __slots__ = ("_entry", "_headers", "_pid", "_seqs", "cache_max", "default_codec",
-                 "entries", "publisher")
+                 "entries", "on_release", "publisher")
 
     def __init__(
         self,
@@ -77,6 +77,9 @@ class FrameBuilder:
         self.entries: dict[str, Entry] = {}
         # the numbers of subjects whose entry the cache let go (never forgotten)
         self._seqs: dict[str, int] = {}
+        #: called with :attr:`entries` just before the cache lets them go (the publisher
+        #: heartbeat's schedule reads their numbers: aoz.protocol.heartbeat)
+        self.on_release: Callable[[Mapping[str, Entry]], None] | None = None
 
     def header(self, subject: str) -> bytes:
         """The publish header of ``subject``; raises SubjectError for an invalid or
@@ -90,12 +93,14 @@ class FrameBuilder:
             if is_reserved(subject):
                 raise SubjectError(
                     f"subject {subject!r} is reserved for aoz's inboxes and naming; "
-                    "choose a subject that does not start with _INBOX. or _NAMING",
+                    "choose a subject that does not start with _INBOX., _NAMING or _AOZ.",
                     subject=subject,
                 )
             h = publish_header(subject_bytes(subject))
             if len(self._headers) >= self.cache_max:
                 self._headers.clear()
+                if self.on_release is not None:
+                    self.on_release(self.entries)
                 seqs = self._seqs
                 for name, e in self.entries.items():
                     if e.seq:

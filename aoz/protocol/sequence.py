@@ -9,8 +9,9 @@ The publisher id is random per node; the sequence counts the node's publications
 each subject from 1 and wraps at 2**32. A subscriber keeps the last sequence per
 (subject, publisher): a jump of more than one means messages were lost upstream (at a
 high-water mark, on a cut link, across a reconnect), and by exactly how many. Loss is
-detected when the next message on that subject arrives; a stream that simply stops
-cannot tell that its tail was lost.
+detected when the next message on that subject arrives; a stream that simply stops is
+covered by its publisher's heartbeats (:mod:`aoz.protocol.heartbeat`,
+:meth:`SequenceTracker.advance`).
 
 Payloads without the flag (OZ programs' omnm payloads, replies, requests, bytes from
 other libraries) are unsequenced and delivered as they are.
@@ -172,6 +173,32 @@ class SequenceTracker:
             if sequence != last:
                 self.restarted += 1  # numbered from scratch: what came between is unknown
             return 0
+        return missing
+
+    def advance(self, subject: bytes, publisher: int, sequence: int) -> int:
+        """A publisher heartbeat says ``publisher``'s last number on ``subject`` is
+        ``sequence``: move a tracked stream that is behind up to it and return how many
+        of its messages are missing (its lost tail); 0 for an unknown stream (nothing to
+        compare with: a heartbeat never starts one), one that is not behind, or a number
+        that went backwards (a heartbeat overtaken by the stream's own messages)."""
+        st = self.last_seen.get(subject)
+        if st is None:
+            return 0
+        streams: dict[int, int] | None = None
+        if st[0] == publisher:
+            last = st[1]
+        else:
+            streams = self._streams.get(subject)
+            if streams is None or publisher not in streams:
+                return 0
+            last = streams[publisher]
+        missing = (sequence - last) % _WRAP
+        if missing == 0 or missing >= _MAX_GAP:
+            return 0
+        if streams is None:
+            st[1] = sequence
+        else:
+            streams[publisher] = sequence
         return missing
 
     def forget(self, subjects: Iterable[bytes]) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import string
 
+import anyio
 import msgspec
 import pytest
 import zmq
@@ -20,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aoz
+from aoz.protocol import heartbeat as hb
 from aoz.protocol.builder import FrameBuilder
 from aoz.protocol.codecs import Codec, Verbatim, encode_payload
 from aoz.protocol.frames import Kind, decode_frame, make_handle
@@ -162,3 +164,40 @@ async def test_a_default_node_sends_an_oz_subscriber_only_refused_first_bytes() 
     firsts = {_first(_payload(f)) for f in frames}
     assert all(decode_frame(f).kind is Kind.PUBLISH for f in frames)
     assert firsts and all(b < 0x7F and openmama_dispatch(b) == "refused" for b in firsts), firsts
+
+
+@settings(max_examples=100, deadline=None)
+@given(entries=st.lists(st.tuples(st.text(min_size=1, max_size=40).map(str.encode)
+                                  .filter(lambda b: b"\0" not in b and len(b) <= 256),
+                                  st.integers(0, 2**32 - 1)), min_size=1, max_size=50),
+       publisher=st.integers(0, 2**64 - 1))
+def test_publisher_heartbeats_start_with_a_refused_byte(
+    entries: list[tuple[bytes, int]], publisher: int
+) -> None:
+    """A heartbeat (issue #21) is a publish frame on ``_AOZ.HB``: an OZ program that
+    subscribes to everything receives it, and OpenMAMA must refuse its payload."""
+    for frame in hb.encode(publisher, entries, 512):
+        assert decode_frame(frame).kind is Kind.PUBLISH
+        assert openmama_dispatch(_first(_payload(frame))) == "refused"
+
+
+async def test_an_oz_catch_all_subscriber_gets_only_refused_heartbeats() -> None:
+    """A node's real heartbeats, read by a catch-all SUB as an OZ program would."""
+    ctx = zmq.asyncio.Context()
+    raw = ctx.socket(zmq.SUB)
+    try:
+        async with aoz.connect(bind=["tcp://127.0.0.1:*"], publisher_heartbeat=0.1) as node:
+            raw.setsockopt(zmq.SUBSCRIBE, b"")
+            raw.connect(node.endpoint)
+            await node.wait_for_interest("OZ.HB", timeout=10)
+            await node.publish("OZ.HB", {"a": 1})
+            frames: list[bytes] = []
+            with anyio.fail_after(10):
+                while not any(f.startswith(hb.FILTER) for f in frames):
+                    frames.append(await raw.recv())
+    finally:
+        raw.close(linger=0)
+        ctx.term()
+    beats = [f for f in frames if f.startswith(hb.FILTER)]
+    assert all(openmama_dispatch(_first(_payload(f))) == "refused" for f in beats)
+    assert _first(_payload(beats[0])) == hb.FIRST_BYTE
