@@ -25,6 +25,7 @@ from .message import Message, Responder, data_start
 from .protocol.frames import Kind, decode_frame
 from .protocol.sequence import SequenceTracker
 from .protocol.subjects import Pattern
+from .recovery import MemorySubscription, Recovery
 from .routing import RoutingTable
 from .subscription import Subscription
 
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 __all__ = ["Receiver"]
 
 log = logging.getLogger("aoz.node")
+
+_WRAP = 1 << 32
 
 
 class Receiver:
@@ -60,6 +63,8 @@ class Receiver:
         self.closing = False  # set by the data plane: socket errors are expected then
         #: re-run the drain (set by the data plane once the SUB's reader runs)
         self.kick: Callable[[], None] = lambda: None
+        #: recovering subscriptions' gaps go here (aoz.recovery; set by the node)
+        self.recovery: Recovery | None = None
 
     def drain(self, sock: zmq.Socket[bytes]) -> int:
         """Drain up to a batch of frames of the data SUB (the hot path)."""
@@ -74,9 +79,32 @@ class Receiver:
         missing = self.sequences.check(subject, publisher, seq, time.monotonic())
         if missing:
             msg.gap = missing
-            self.lost += missing
-            for s in subs:
+            self.report_gap(subject, publisher, (seq - missing) % _WRAP, (seq - 1) % _WRAP,
+                            subs, msg)
+
+    def report_gap(
+        self, subject: bytes, publisher: int, first: int, last: int,
+        subs: tuple[Subscription, ...], msg: Message | None,
+    ) -> None:
+        """Numbers ``first..last`` (inclusive, modulo 2**32) of ``publisher`` on
+        ``subject`` are missing for ``subs``: the one place every gap is reported (a
+        sequence jump, with ``msg`` the message after it; a history seam; a lost tail
+        a heartbeat revealed, ``msg`` None). Subscriptions with ``recover=True`` ask
+        the publisher's cache (aoz.recovery) and hold what follows meanwhile; the
+        others count the numbers ``lost`` now."""
+        missing = (last - first) % _WRAP + 1
+        recovering: list[MemorySubscription] = []
+        recovery = self.recovery
+        for s in subs:
+            if recovery is not None and type(s) is MemorySubscription and s.recover:
+                recovering.append(s)
+            else:
                 s.upstream_loss(missing)
+        if recovering and recovery is not None:
+            # the node counts what the cache could not give back (recovery.lost)
+            recovery.gap(subject, publisher, first, missing, recovering)
+        else:
+            self.lost += missing
 
     def forget_streams(self, closed: Pattern) -> None:
         """A subscription to ``closed`` ended: forget the streams of the subjects it

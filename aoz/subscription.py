@@ -54,6 +54,10 @@ class SubscriptionStatistics(msgspec.Struct, frozen=True, kw_only=True):
     pending: int  #: messages queued, not yet consumed
     queue_size: int
     overflow: Overflow
+    #: of ``received``: messages a publisher's cache gave back after a gap (recover=True)
+    recovered: int = 0
+    #: of ``received``: history messages (subscribe(history=N)), ``msg.replayed``
+    replayed: int = 0
 
 
 class Mailbox(Generic[T]):

@@ -59,7 +59,7 @@ __all__ = [
 #: longest subject, in bytes (UTF-8)
 MAX_SUBJECT: Final = 256
 #: subjects that belong to aoz itself; wildcard subscriptions never see them
-RESERVED_PREFIXES: Final = ("_INBOX.", "_NAMING")
+RESERVED_PREFIXES: Final = ("_INBOX.", "_NAMING", "_AOZ.")
 
 PatternKind = Literal["exact", "tokens", "regex"]
 
