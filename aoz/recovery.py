@@ -24,7 +24,10 @@ and publisher; other streams flow on). When the answer comes, or at
 held; the numbers the cache no longer had are reported ``lost``. Bounded: at most
 ``recover_max`` recoveries outstanding per node (beyond, a gap is lost at once), and
 a subscription holding more than ``queue_size`` messages stops waiting (its pending
-gaps are reported lost and what it held is delivered).
+gaps are reported lost and what it held is delivered). The receive path keeps reading
+while a subscription holds (the answer comes through it), so a hold never stops it; a
+subscription with ``overflow="block"`` queues what it is given back past its bound
+(never dropped: it was held for it).
 
 The accounting stays exact per publisher and subject: every number is delivered
 (``received``, of which ``recovered``/``replayed`` came from a cache), ``lost`` or
@@ -179,15 +182,24 @@ class MemorySubscription(Subscription):
                 items.popleft()
                 for m in head.found:
                     self.recovered += 1
-                    Subscription.push(self, m)
+                    self._release(m)
                 lost = head.count - len(head.found)
                 if lost:
                     self.upstream_loss(lost)
             else:
                 items.popleft()
                 self._nheld -= 1
-                Subscription.push(self, head)
+                self._release(head)
         del self._holds[key]
+
+    def _release(self, msg: Message) -> None:
+        """A recovered or held message: a blocking subscription queues it past its
+        bound (it was held for it; the bound is then queue_size + the range + what was
+        held), the others by their overflow policy."""
+        if self.blocking:
+            self.push_past_limit(msg)
+        else:
+            Subscription.push(self, msg)
 
     def _give_up(self) -> None:
         """Holding more than the queue's bound: every pending gap is reported lost now

@@ -126,6 +126,19 @@ class Mailbox(Generic[T]):
         if self._waiters:
             self._wake_one()
 
+    def push_past_limit(self, item: T) -> None:
+        """Queue ``item`` even when the queue is full, holding the producer as ``push``
+        does: what a blocking (``overflow="block"``) subscription is given back after a
+        recovery (aoz.recovery) must not be dropped by the queue it was held for."""
+        self.received += 1
+        self._queue.append(item)
+        if self.blocking and len(self._queue) >= self._limit and not self._held:
+            self._held = True
+            if self._on_full is not None:
+                self._on_full()
+        if self._waiters:
+            self._wake_one()
+
     def push_many(self, items: list[T]) -> None:
         """``push`` of each item in order, in one call: the receive path collects a
         drain's messages per subscription and hands them over at the end of the drain.
