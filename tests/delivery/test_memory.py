@@ -7,7 +7,8 @@ The gaps here are made without root: a publisher on ``send_policy="block"`` publ
 with ``block=False`` while a frozen subscriber (``overflow="block"`` and nobody
 consuming: its node stops reading once the queue is full) has filled the link. Each
 such publish is numbered, kept in the cache, not sent, and counted in ``dropped_out``:
-the exact number the subscriber must recover or report. The same with an nftables cut is in test_blackhole.py.
+the exact number the subscriber must recover or report. The same with an nftables
+cut is in test_blackhole.py.
 """
 
 from __future__ import annotations
