@@ -42,6 +42,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+import anyio
 import msgspec
 
 from .config import Overflow
@@ -305,10 +306,8 @@ class Recovery:
                 sub.deliver_history(found)
 
     async def _query_history(self, sub: MemorySubscription, n: int) -> list[Message]:
-        import anyio
-
         deadline = time.monotonic() + self.history_timeout
-        with anyio.move_on_after(self.history_timeout):
+        with anyio.move_on_after(self.history_timeout / 2):
             await self._ready()  # the peers' subscriptions (ours to their caches) are in
         remaining = max(deadline - time.monotonic(), 0.05)
         pattern = sub.pattern
@@ -391,7 +390,14 @@ class Recovery:
                            ) -> list[Message]:
         query = encode_query(CacheQuery(kind=RANGE, pattern=subject, publisher=publisher,
                                         first=first, count=count))
-        stream, handle = self._requests.open_stream(SUBJECT, self.recover_timeout, None)
+        deadline = time.monotonic() + self.recover_timeout  # (half of it at most waiting:
+        # a peer that stays away must not leave the query no time)
+        with anyio.move_on_after(self.recover_timeout / 2):
+            # after a cut, the publisher's SUB may not be back at our publisher yet (the
+            # data link can heal first): a query sent now would be dropped by ZeroMQ
+            await self._ready()
+        remaining = max(deadline - time.monotonic(), 0.05)
+        stream, handle = self._requests.open_stream(SUBJECT, remaining, None)
         got: dict[int, Message] = {}
         complete = False
         now = time.time()

@@ -29,27 +29,31 @@ async def stdin_closed() -> None:
 async def sub(p: dict[str, Any]) -> None:
     """Count messages on a subject until one whose body is b"END"; report sequences."""
     async with aoz.connect(connect=[p["endpoint"]], **p.get("settings", {})) as node:
-        sub = node.subscribe(p["subject"])
+        sub = node.subscribe(p["subject"], recover=p.get("recover", False))
         emit("ready", uuid=node.uuid)
-        received, first, last = 0, None, None
+        received, first, last, gaps, in_order = 0, None, None, 0, True
         async for msg in sub:
             received += 1
             if first is None:
                 first = msg.sequence
+            elif last is not None and msg.sequence is not None and msg.sequence <= last:
+                in_order = False
             last = msg.sequence
             if msg.gap:
+                gaps += msg.gap
                 emit("gap", gap=msg.gap, t=time.monotonic(), sequence=msg.sequence)
             if msg.data == b"END":
                 break
         st = sub.statistics()
         emit("result", received=received, lost=st.lost, dropped=st.dropped, first=first,
-             last=last)
+             last=last, recovered=st.recovered, gaps=gaps, in_order=in_order)
 
 
 async def pub(p: dict[str, Any]) -> None:
     """Publish ``payload_size`` bytes at ``rate`` msg/s until stdin closes, then END
     (repeated until the subscriber says it has it, by closing... see the test)."""
-    async with aoz.connect(bind=["tcp://127.0.0.1:*"], **p.get("settings", {})) as node:
+    settings = {"bind": ["tcp://127.0.0.1:*"], **p.get("settings", {})}
+    async with aoz.connect(**settings) as node:
         emit("ready", endpoint=node.endpoint)
         await node.wait_for_interest(p["subject"], timeout=30)
         emit("subscribed")
@@ -81,7 +85,8 @@ async def pub(p: dict[str, Any]) -> None:
 
 async def pubexit(p: dict[str, Any]) -> None:
     """Publish ``n`` messages as fast as allowed and exit at once (close flushes)."""
-    async with aoz.connect(bind=["tcp://127.0.0.1:*"], **p.get("settings", {})) as node:
+    settings = {"bind": ["tcp://127.0.0.1:*"], **p.get("settings", {})}
+    async with aoz.connect(**settings) as node:
         emit("ready", endpoint=node.endpoint)
         await node.wait_for_interest(p["subject"], timeout=30)
         body = b"y" * p.get("payload_size", 100)
