@@ -54,51 +54,54 @@ class PublishCache:
     ([1, 2], 2, 1)
     """
 
-    __slots__ = ("_subjects", "bytes", "depth", "evicted", "frames", "max_bytes")
+    __slots__ = ("bytes", "depth", "deques", "evicted", "max_bytes")
 
     def __init__(self, depth: int, max_bytes: int) -> None:
         self.depth = depth
         self.max_bytes = max_bytes
-        self._subjects: dict[str, deque[bytes]] = {}
+        #: subject -> its last frames (a deque of maxlen ``depth``); the send path's
+        #: inlined add reads and writes it, and ``bytes``/``evicted``
+        self.deques: dict[str, deque[bytes]] = {}
         self.bytes = 0
-        self.frames = 0
         self.evicted = 0  #: frames that left at a bound (depth or bytes)
 
+    @property
+    def frames(self) -> int:
+        return sum(len(d) for d in self.deques.values())
+
     def add(self, subject: str, frame: bytes) -> None:
-        """Keep ``frame`` (just published on ``subject``): the send path's one call."""
-        d = self._subjects.get(subject)
+        """Keep ``frame`` (just published on ``subject``): the send path's one call (its
+        common case is inlined in :class:`aoz.send.CachingSendPath`; keep them alike)."""
+        d = self.deques.get(subject)
         if d is None:
-            d = self._subjects[subject] = deque()
-        elif len(d) >= self.depth:
-            self.bytes -= len(d.popleft())
-            self.frames -= 1
+            d = self.deques[subject] = deque(maxlen=self.depth)
+        elif len(d) == self.depth:
+            self.bytes -= len(d[0])  # the append below pushes it out
             self.evicted += 1
         d.append(frame)
-        self.frames += 1
         self.bytes += len(frame)
         if self.bytes > self.max_bytes:
-            self._shrink()
+            self.shrink()
 
-    def _shrink(self) -> None:
+    def shrink(self) -> None:
         """Over the byte bound: the oldest frame of the first subject goes, and that
         subject moves to the end (round robin), until the cache fits."""
-        subjects = self._subjects
+        subjects = self.deques
         while self.bytes > self.max_bytes and subjects:
             subject = next(iter(subjects))
             d = subjects.pop(subject)
             self.bytes -= len(d.popleft())
-            self.frames -= 1
             self.evicted += 1
             if d:
                 subjects[subject] = d
 
     @property
     def subjects(self) -> int:
-        return len(self._subjects)
+        return len(self.deques)
 
     def latest(self, subject: str, n: int) -> list[bytes]:
         """The last ``n`` frames of ``subject``, oldest first."""
-        d = self._subjects.get(subject)
+        d = self.deques.get(subject)
         if not d:
             return []
         return list(d)[-n:] if n < len(d) else list(d)
@@ -107,18 +110,18 @@ class PublishCache:
         """The subjects (and their frames) a HISTORY query's pattern matches."""
         pattern = compile_pattern(query.pattern, regex=query.regex)
         if pattern.kind == "exact":
-            d = self._subjects.get(pattern.text)
+            d = self.deques.get(pattern.text)
             if d:
                 yield pattern.text, d
             return
-        for subject, d in list(self._subjects.items()):
+        for subject, d in list(self.deques.items()):
             if pattern.matches(subject):
                 yield subject, d
 
     def between(self, subject: str, first: int, count: int) -> list[bytes]:
         """The frames of ``subject`` numbered ``first .. first + count - 1`` that the
         cache still has, in order."""
-        d = self._subjects.get(subject)
+        d = self.deques.get(subject)
         if not d:
             return []
         start = len(subject.encode()) + 3 + 1  # header, then the codec byte

@@ -220,10 +220,24 @@ class CachingSendPath(SendPath):
                     "publish(block=True) needs a node with send_policy='block' "
                     "(aoz.connect(send_policy='block'))"
                 )
-            frame = self._build(subject, data, codec, headers)
-            self.sender.send(frame)
-            self.cache.add(subject, frame)
-            return asyncio.sleep(0) if self.sender.due() else None
+            sender = self.sender
+            frame = (self.builder.publish_with(subject, data, codec, headers) if headers
+                     else sender.build(subject, data, codec))
+            sender.send(frame)
+            # PublishCache.add, inlined (a fifth of a publish's cost as a call)
+            cache = self.cache
+            d = cache.deques.get(subject)
+            if d is None:
+                cache.add(subject, frame)
+            else:
+                if len(d) == cache.depth:
+                    cache.bytes -= len(d[0])  # the append pushes it out
+                    cache.evicted += 1
+                d.append(frame)
+                cache.bytes += len(frame)
+                if cache.bytes > cache.max_bytes:
+                    cache.shrink()
+            return asyncio.sleep(0) if sender.due() else None
         frame = self._build(subject, data, codec, headers)
         # numbered for good from here (sent, dropped with block=False, or sent after a
         # wait): kept, so that a subscriber that misses it can recover it
