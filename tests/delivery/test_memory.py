@@ -275,3 +275,29 @@ def test_cache_settings_are_checked() -> None:
     with pytest.raises(aoz.ConfigError, match="publish_cache"):
         aoz.Settings(publish_cache=-1)
 
+
+
+async def test_a_node_joining_a_running_naming_mesh_gets_history_from_every_publisher(
+    aoz_node_factory: Any,
+) -> None:
+    """Naming mode: two publishers with caches, a node without; a fourth node joins and
+    gets each subject's last value from each publisher (publisher order per subject)."""
+    pubs = [await aoz_node_factory(publish_cache=1) for _ in range(2)]
+    await aoz_node_factory()  # a peer that keeps no cache: answers "no cache"
+    for i, pub in enumerate(pubs):
+        for rnd in range(2):
+            await pub.publish("J.A", f"p{i} a{rnd}")
+            await pub.publish(f"J.B{i}", f"p{i} b{rnd}")
+    joiner = await aoz_node_factory()
+    for p in pubs:
+        await joiner.wait_for_peer(p.uuid, timeout=10)
+    async with joiner.subscribe("J.>", history=1) as s:
+        got = [await s.next(timeout=10) for _ in range(4)]
+    by_subject: dict[str, list[str]] = {}
+    for m in got:
+        assert m.replayed
+        by_subject.setdefault(m.subject, []).append(m.decode())
+    assert sorted(by_subject["J.A"]) == ["p0 a1", "p1 a1"]
+    assert by_subject["J.B0"] == ["p0 b1"] and by_subject["J.B1"] == ["p1 b1"]
+    # every peer answered (the publishers, the cacheless one, the joiner itself)
+    assert joiner.statistics().memory["history_unanswered"] == 0
