@@ -38,6 +38,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import msgspec
 
 from ._tasks import TaskOwner
@@ -365,6 +366,11 @@ class Node:
         """
         if not self._open:
             self._check_open()
+        direct = self._send.direct
+        if direct is not None and headers is None and not block:
+            if direct(subject, data, codec):  # the loop's turn, now and then
+                await anyio.lowlevel.checkpoint()
+            return
         wait = self._send.publish(subject, data, codec, block, headers)
         if wait is not None:  # room to wait for, or the loop's turn
             await wait
