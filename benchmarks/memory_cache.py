@@ -4,9 +4,9 @@ costs, and how fast a late joiner gets its history (issue #21).
 Three measurements, each as a ratio against its baseline in the same run, rounds
 interleaved so machine drift hits both sides alike:
 
-- ``await publish``: one node publishing 100 B on 1 and on 1,000 subjects in a tight
+- ``await publish``: a node publishing 100 B on 1 and on 1,000 subjects in a tight
   loop with no subscriber (nothing but the send path), ``publish_cache=1`` against no
-  cache, in this process;
+  cache: two nodes in this process, timed in ten alternating slices;
 - ``async for``: the harness's lossless pair (one publisher process, one subscriber
   process: ``send_policy="block"``, ``overflow="block"``), the publisher with
   ``publish_cache=1`` against without; each side's loss is printed and a round whose
@@ -38,22 +38,28 @@ from .harness import ROOT, run_pubsub
 ANY = "tcp://127.0.0.1:*"
 
 
-async def _publish_rate(cache: int, subjects: int, n: int) -> float:
-    async with aoz.connect(bind=[ANY], publish_cache=cache) as node:
+async def _publish_rates(subjects: int, n: int, slices: int = 10) -> tuple[float, float]:
+    """``await publish`` rates without and with a cache of 1: two nodes open at once,
+    ``n`` publishes each in ``slices`` alternating slices (noise hits both alike)."""
+    async with (
+        aoz.connect(bind=[ANY]) as off,
+        aoz.connect(bind=[ANY], publish_cache=1) as on,
+    ):
         names = [f"MD.S{i:04d}" for i in range(subjects)]
         body = b"x" * 100
-        publish = node.publish
-        for s in names:  # warm: headers built, cache entries made
-            await publish(s, body)
-        t0 = time.perf_counter()
-        if subjects == 1:
-            s = names[0]
-            for _ in range(n):
-                await publish(s, body)
-        else:
-            for i in range(n):
-                await publish(names[i % subjects], body)
-        return n / (time.perf_counter() - t0)
+        for node in (off, on):
+            for s in names:  # warm: headers built, cache entries made
+                await node.publish(s, body)
+        spent = {0: 0.0, 1: 0.0}
+        per = n // slices
+        for _ in range(slices):
+            for key, node in ((0, off), (1, on)):
+                publish = node.publish
+                t0 = time.perf_counter()
+                for i in range(per):
+                    await publish(names[i % subjects], body)
+                spent[key] += time.perf_counter() - t0
+        return per * slices / spent[0], per * slices / spent[1]
 
 
 async def _history_time(subjects: int) -> tuple[float, int]:
@@ -90,9 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.rounds):
         row: dict[str, float] = {}
         for subjects in (1, 1000):
-            for cache in (0, 1):
-                row[f"{subjects}/{cache}"] = asyncio.run(
-                    _publish_rate(cache, subjects, args.n))
+            row[f"{subjects}/0"], row[f"{subjects}/1"] = asyncio.run(
+                _publish_rates(subjects, args.n))
         summary["publish"].append(row)
         print(f"round {r + 1}: await publish  1 subject {row['1/1'] / row['1/0']:.2f}x "
               f"({row['1/0']:,.0f} -> {row['1/1']:,.0f}/s), 1,000 subjects "
