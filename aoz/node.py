@@ -494,19 +494,25 @@ class Node:
         return len(self._plane.links.connected)
 
     async def _caches_ready(self) -> None:
-        """Wait until as many nodes' inbox filters reached our publisher as we expect
-        answers (their subscription to cache queries comes with it); the caller bounds
-        the wait."""
+        """Wait until both directions of every link are up: as many nodes' inbox filters
+        at our publisher as we expect answers (their subscription to cache queries comes
+        with it: they will get the query) and our SUB connected to each of them (their
+        answers can come back). The caller bounds the wait."""
         expected = self._cache_peers()
         if expected is None:
             return
         changed = self._plane.interest_changed
+        links = self._plane.links
         while not self._closed:
             changed.clear()
             self._plane.read_interest()
-            if sum(f.startswith(_INBOX_B) for f in self._interest.filters()) >= expected:
+            inboxes = sum(f.startswith(_INBOX_B) for f in self._interest.filters())
+            if inboxes >= expected and all(links.up(ep) for ep in list(links.connected)):
                 return
-            await changed.wait()
+            # interest changes wake us at once; link states come from the SUB's monitor,
+            # which has no event of its own here: look again shortly
+            with anyio.move_on_after(0.05):
+                await changed.wait()
 
     # ------------------------------------------------------------------ subscribe
     def subscribe(
