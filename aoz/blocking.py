@@ -138,10 +138,14 @@ class BlockingNode:
         regex: bool = False,
         queue_size: int | None = None,
         overflow: Overflow | None = None,
+        history: int = 0,
+        recover: bool = False,
     ) -> BlockingSubscription:
-        """Subscribe; iterate the result with a plain ``for`` loop."""
+        """Subscribe; iterate the result with a plain ``for`` loop (``history`` and
+        ``recover`` as :meth:`aoz.Node.subscribe`)."""
         sub: Subscription = self._call(
-            self.node.subscribe, pattern, regex=regex, queue_size=queue_size, overflow=overflow
+            lambda: self.node.subscribe(pattern, regex=regex, queue_size=queue_size,
+                                        overflow=overflow, history=history, recover=recover)
         )
         return BlockingSubscription(self, sub)
 

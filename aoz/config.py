@@ -114,6 +114,23 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     send_policy: SendPolicy = "drop"
     #: number publications per subject, so subscribers detect and count losses exactly
     sequence: bool = True
+    #: the publisher cache (aoz.cache): keep the last ``publish_cache`` frames published
+    #: on each subject, at most ``publish_cache_bytes`` in all, for late joiners
+    #: (``subscribe(history=N)``) and for subscribers repairing a gap (``recover=True``).
+    #: Off (0) by default: it holds N frames per subject for the node's lifetime (with
+    #: 100,000 subjects of 100 B frames and N=1, ~15 MiB) and adds an append to every
+    #: publish (``python -m benchmarks.memory_cache``); OZ programs keep none. Needs
+    #: ``sequence=True`` (the numbers make history and repair exact).
+    publish_cache: int = 0
+    publish_cache_bytes: int = 64 * 1024 * 1024
+    #: history (``subscribe(history=N)``): how long to wait for the peers' caches to
+    #: answer; a peer that has not answered by then is counted, not waited for
+    history_timeout: float = 2.0
+    #: recovery (``subscribe(recover=True)``): how long a detected gap waits for the
+    #: publisher's cache (what follows on that stream is held meanwhile), and how many
+    #: recovery requests may be outstanding at once (more: the gap is reported lost)
+    recover_timeout: float = 1.0
+    recover_max: int = 64
     #: codec used for payloads that are not bytes/str: ``msgpack``, ``json`` or ``omnm``
     #: (OpenMAMA's format, OZ's default: dicts then reach OZ programs as omnm messages)
     default_codec: Literal["msgpack", "json", "omnm"] = "msgpack"
@@ -169,6 +186,13 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
         _check(self.publisher_heartbeat_window > 0,
                "publisher_heartbeat_window must be > 0 seconds")
         _check(self.queue_size >= 1, "queue_size must be >= 1")
+        _check(self.publish_cache >= 0, "publish_cache must be >= 0 (0 turns it off)")
+        _check(self.publish_cache_bytes >= 1, "publish_cache_bytes must be >= 1")
+        _check(self.publish_cache == 0 or self.sequence,
+               "publish_cache needs sequence=True (cached frames are found by number)")
+        _check(self.history_timeout > 0, "history_timeout must be > 0 seconds")
+        _check(self.recover_timeout > 0, "recover_timeout must be > 0 seconds")
+        _check(self.recover_max >= 1, "recover_max must be >= 1")
         _check(0 < self.udp_port < 65536, "udp_port must be within 1..65535")
         _check(self.linger >= 0, "linger must be >= 0 seconds")
         _check(

@@ -43,6 +43,7 @@ import zmq
 
 from ._errmap import drain_error, mapped
 from ._hotpath import BATCH
+from .cache import PublishCache
 from .config import Settings
 from .endpoints import bind_endpoint, connectable
 from .interest import InterestSet
@@ -53,7 +54,7 @@ from .protocol.builder import FrameBuilder
 from .receive import Receiver
 from .routing import RoutingTable
 from .security import DataCurve, VerifyingSub
-from .send import SendPath
+from .send import CachingSendPath, SendPath
 from .sockopts import DATA_MONITOR_EVENTS, apply_data_options
 from .subscription import Subscription
 
@@ -90,7 +91,12 @@ class DataPlane:
         self.counters: dict[str, int] = {}
         #: the rooms (see the module docstring)
         self.receive = Receiver(routes, responder, on_reply)
-        self.send = SendPath(builder, blocking=settings.send_policy == "block")
+        blocking = settings.send_policy == "block"
+        #: the publisher cache (aoz.cache), None when publish_cache is 0
+        self.cache = (PublishCache(settings.publish_cache, settings.publish_cache_bytes)
+                      if settings.publish_cache else None)
+        self.send = (SendPath(builder, blocking=blocking) if self.cache is None else
+                     CachingSendPath(builder, blocking=blocking, cache=self.cache))
         self.links = PeerLinkTable(settings, self.count)
 
         # A context of its own: closing the node can then wait (in a worker thread,

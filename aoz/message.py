@@ -76,7 +76,11 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False, gc=False):
         reply: the reply handle (``_INBOX.<uuid>.<serial>``) of a request, else ``None``.
         received_at: ``time.time()`` when the node read the frame's batch (seconds).
         gap: how many messages of the same publisher on this subject were lost upstream
-            just before this one (0 normally; see :attr:`sequence`).
+            just before this one (0 normally; see :attr:`sequence`), as detected: with
+            ``recover=True`` the recovered ones were delivered before it.
+        replayed: ``True`` for a message that came from a publisher's cache (history
+            of ``subscribe(history=N)``, or recovered by ``recover=True``) rather than
+            live; it is byte for byte what the publisher sent.
 
     A message is a ``msgspec.Struct`` only because that is the cheapest Python object
     to build: the node makes one per received frame. It is not tracked by the cyclic
@@ -94,6 +98,7 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False, gc=False):
     _node: Responder | None
     _subject: str | None = None
     gap: int = 0
+    replayed: bool = False
 
     @property
     def subject(self) -> str:

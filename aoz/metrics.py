@@ -36,6 +36,8 @@ metric                                  type     from ``NodeStatistics``
 ``aoz_subscription_lost_total``         counter  per ``pattern``: ``lost`` (upstream gaps)
 ``aoz_subscription_pending``            gauge    per ``pattern``: ``pending``
 ``aoz_discovery_events_total``          counter  per ``event``: ``discovery`` (reconnects...)
+``aoz_memory_events_total``             counter  per ``event``: ``memory`` (history, recovery)
+``aoz_publish_cache``                   gauge    per ``what``: subjects, frames, bytes cached
 ======================================  =======  ===========================================
 
 A node's statistics live on its event loop; a scrape served from another thread (the
@@ -157,6 +159,15 @@ class NodeCollector(Collector):
             "Discovery and link events (reconnects, malformed naming frames...).",
             labels=[*_LABELS, "event"],
         )
+        memory = CounterMetricFamily(
+            "aoz_memory_events",
+            "Publisher cache, history and recovery events (aoz.cache, aoz.recovery).",
+            labels=[*_LABELS, "event"],
+        )
+        cache = GaugeMetricFamily(
+            "aoz_publish_cache", "What the publisher cache holds now.",
+            labels=[*_LABELS, "what"],
+        )
         for node, stats in self._snapshots():
             labels = [stats.uuid, node.program, stats.mode]
             for name, field, _ in _COUNTERS:
@@ -171,8 +182,17 @@ class NodeCollector(Collector):
                 sub_pending.add_metric(sl, sub.pending)
             for event, count in sorted(stats.discovery.items()):
                 discovery.add_metric([*labels, event], count)
+            for event, count in sorted(stats.memory.items()):
+                if event in _CACHE_GAUGES:
+                    cache.add_metric([*labels, event.removeprefix("cache_")], count)
+                else:
+                    memory.add_metric([*labels, event], count)
         yield from counters.values()
-        yield from (peers, subs, sub_received, sub_dropped, sub_lost, sub_pending, discovery)
+        yield from (peers, subs, sub_received, sub_dropped, sub_lost, sub_pending, discovery,
+                    memory, cache)
+
+
+_CACHE_GAUGES = frozenset({"cache_subjects", "cache_frames", "cache_bytes"})
 
 
 def _statistics(node: Node, loop: asyncio.AbstractEventLoop | None) -> NodeStatistics:

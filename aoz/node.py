@@ -43,6 +43,7 @@ import msgspec
 
 from ._tasks import TaskOwner
 from .asyncapi import Catalog
+from .cache import CacheAnswers, QueryInbox
 from .config import Overflow, Settings, load_settings
 from .dataplane import DataPlane
 from .discovery.links import Driver
@@ -65,8 +66,11 @@ from .interest import InterestSet
 from .liveness import PeerLinks
 from .message import Message, WeakResponder
 from .protocol.builder import FrameBuilder
-from .protocol.codecs import Codec
+from .protocol.cachequery import SUBJECT as CACHE_SUBJECT
+from .protocol.codecs import Codec, Verbatim
+from .protocol.frames import INBOX_PREFIX, encode_request
 from .protocol.subjects import compile_pattern, is_reserved, subject_bytes
+from .recovery import MemorySubscription, Recovery
 from .requests import ReplyStream, Requests
 from .routing import RoutingTable
 from .subscription import Subscription, SubscriptionStatistics
@@ -78,6 +82,10 @@ log = logging.getLogger("aoz.node")
 _REPLY_ROUTE_WAIT = 5.0  # seconds a deferred reply waits for the requester's inbox filter
 _MAX_DEFERRED = 1024  # deferred replies waiting at once; more are counted unroutable
 _HOUSEKEEPING = 0.25  # seconds between sweeps of abandoned reply streams
+_CACHE_B = CACHE_SUBJECT.encode()
+_CACHE_FILTER = _CACHE_B + b"\0"  # the data-SUB filter of cache queries (aoz.cache)
+_INBOX_B = INBOX_PREFIX
+_MAX_ANSWERS = 256  # cache answers being sent at once; more queries are refused (counted)
 
 
 class NodeStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -109,6 +117,11 @@ class NodeStatistics(msgspec.Struct, frozen=True, kw_only=True):
     heartbeats_in: int = 0
     #: of ``lost_in``, messages found lost by a heartbeat (a lost tail: no later message)
     lost_tails: int = 0
+    #: the publisher cache and its subscribers' side (aoz.cache, aoz.recovery): cache_*
+    #: (subjects, frames, bytes, evicted, queries, malformed, refused), history_*
+    #: (queries, unanswered), replayed, recover_* (requests, refused, timeouts),
+    #: recovered, unrecovered (also in lost_in), malformed_replies, gave_up
+    memory: dict[str, int] = msgspec.field(default_factory=dict)
 
 
 class Node:
@@ -169,6 +182,18 @@ class Node:
         #: what this node serves and publishes, for its AsyncAPI document (aoz.asyncapi)
         self.catalog = Catalog()
         self._error_cb = error_cb
+        # the publisher cache's answers and the subscribers' side (history, recovery)
+        self._answers = CacheAnswers(self._plane.cache, self._frames.publisher)
+        self._answering = 0  # cache answers being sent
+        self._answers_refused = 0
+        self._recovery = Recovery(
+            self._requests, self._owner, responder, self._send_cache_query,
+            self._cache_peers, self._caches_ready, self._plane.receive.report_gap,
+            history_timeout=s.history_timeout, recover_timeout=s.recover_timeout,
+            recover_max=s.recover_max,
+        )
+        self._plane.receive.recovery = self._recovery
+        self._queries = QueryInbox(self._cache_query)  # routed in _setup
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> Node:
@@ -199,6 +224,9 @@ class Node:
 
     async def _setup(self, tg: anyio.abc.TaskGroup) -> None:
         self._plane.open()
+        # every aoz node answers cache queries (with "no cache" when it keeps none)
+        self._routes.add(self._queries.pattern, self._queries)
+        self._plane.add_filter(_CACHE_FILTER)
         await self._plane.run(tg)
         tg.start_soon(self._housekeeping, name="aoz-housekeeping")
         if self.settings.publisher_heartbeat > 0 and self._frames.publisher is not None:
@@ -444,6 +472,71 @@ class Node:
         finally:
             self._deferred -= 1
 
+    # ------------------------------------------------------------------ the cache
+    def _cache_query(self, handle: str, query: bytes) -> None:
+        """A cache query arrived (the receive path; aoz.cache): answer it from a task,
+        which waits for the requester's inbox filter and for room as a reply does."""
+        chunks = self._answers.answer(query)
+        if chunks is None or self._closed:
+            return
+        if self._answering >= _MAX_ANSWERS:
+            self._answers_refused += 1
+            return
+        hb = handle.encode("ascii")
+        frames = [self._frames.reply(hb, Verbatim(c), None) for c in chunks]
+        self._answering += 1
+        self._owner.start_soon(self._send_answer, hb, frames, name="aoz-cache-answer")
+
+    async def _send_answer(self, handle: bytes, frames: list[bytes]) -> None:
+        try:
+            with anyio.move_on_after(_REPLY_ROUTE_WAIT):
+                while not self._interest.routable(handle):
+                    self._plane.interest_changed.clear()
+                    self._plane.read_interest()
+                    if self._interest.routable(handle):
+                        break
+                    await self._plane.interest_changed.wait()
+                if self._open:
+                    await self._send.send_all(frames, timeout=_REPLY_ROUTE_WAIT)
+                return
+            self._plane.count("replies_unroutable")
+        except AozError as exc:  # closing under us
+            log.debug("cache answer not sent: %s", exc)
+        finally:
+            self._answering -= 1
+
+    def _send_cache_query(self, handle: bytes, query: bytes) -> None:
+        self._check_open()
+        self._send.send(encode_request(_CACHE_B, handle, query))
+
+    def _cache_peers(self) -> int | None:
+        """How many nodes should answer a history query: the publishers the data SUB
+        is connected to (this node included); None behind a broker (unknown)."""
+        if self.settings.mode == "broker":
+            return None
+        return len(self._plane.links.connected)
+
+    async def _caches_ready(self) -> None:
+        """Wait until both directions of every link are up: as many nodes' inbox filters
+        at our publisher as we expect answers (their subscription to cache queries comes
+        with it: they will get the query) and our SUB connected to each of them (their
+        answers can come back). The caller bounds the wait."""
+        expected = self._cache_peers()
+        if expected is None:
+            return
+        changed = self._plane.interest_changed
+        links = self._plane.links
+        while not self._closed:
+            changed.clear()
+            self._plane.read_interest()
+            inboxes = sum(f.startswith(_INBOX_B) for f in self._interest.filters())
+            if inboxes >= expected and all(links.up(ep) for ep in list(links.connected)):
+                return
+            # interest changes wake us at once; link states come from the SUB's monitor,
+            # which has no event of its own here: look again shortly
+            with anyio.move_on_after(0.05):
+                await changed.wait()
+
     # ------------------------------------------------------------------ subscribe
     def subscribe(
         self,
@@ -452,11 +545,21 @@ class Node:
         regex: bool = False,
         queue_size: int | None = None,
         overflow: Overflow | None = None,
+        history: int = 0,
+        recover: bool = False,
     ) -> Subscription:
         """Subscribe to an exact subject, NATS-style tokens (``MD.*.IBM``, ``MD.>``) or an
         OZ-style regular expression (``^MD\\.NYSE\\..*``, or any pattern with ``regex=True``).
 
         Several tasks may iterate one subscription: each message goes to one of them.
+
+        ``history=N`` first delivers, for every matching subject, up to the last N
+        messages each publisher still has in its cache (publishers with
+        ``publish_cache`` > 0), then the live ones, with no duplicate and no silent gap
+        at the seam (``msg.replayed`` is True for the history). ``recover=True`` asks a
+        publisher's cache for the messages a sequence gap says are missing and delivers
+        them in order before what follows on that stream; what the cache no longer has
+        is counted ``lost``. Both are described in aoz/recovery.py.
 
         >>> async with node.subscribe("MD.NYSE.*") as sub:  # doctest: +SKIP
         ...     async for msg in sub:
@@ -474,11 +577,22 @@ class Node:
         size = self.settings.queue_size if queue_size is None else queue_size
         if size < 1:
             raise UsageError(f"queue_size must be >= 1, not {size}")
+        if not isinstance(history, int) or history < 0:
+            raise UsageError(f"history must be an int >= 0 (messages per subject), not "
+                             f"{history!r}")
         sub_ref: list[Subscription] = []
-        sub = Subscription(
-            compiled, size, overflow or self.settings.overflow,
-            lambda: self._unsubscribe(sub_ref[0]),
-        )
+        sub: Subscription
+        if history or recover:
+            sub = MemorySubscription(
+                compiled, size, overflow or self.settings.overflow,
+                lambda: self._unsubscribe(sub_ref[0]), self._recovery,
+                history=bool(history), recover=recover,
+            )
+        else:
+            sub = Subscription(
+                compiled, size, overflow or self.settings.overflow,
+                lambda: self._unsubscribe(sub_ref[0]),
+            )
         sub_ref.append(sub)
         if sub.overflow == "block":
             sub.backpressure(self._plane.receive.hold, self._plane.receive.release)
@@ -486,6 +600,9 @@ class Node:
             sub.on_loss = self._report_loss
         self._plane.add_filter(compiled.zmq_prefix)
         self._routes.add(compiled, sub)
+        if history:  # routed live first, so the seam can be checked by number
+            assert isinstance(sub, MemorySubscription)
+            self._recovery.history(sub, history)
         return sub
 
     def _unsubscribe(self, sub: Subscription) -> None:
@@ -708,14 +825,15 @@ class Node:
             bytes_out=tx.bytes_out,
             dropped_out=tx.dropped_out,
             blocked_sends=tx.blocked_sends,
-            lost_in=rx.lost,
+            lost_in=rx.lost + self._recovery.lost,
             malformed_in=rx.malformed,
             requests=self._requests.requests,
             request_timeouts=self._requests.timeouts,
             no_responders=self._no_responders,
             replies_dropped=self._requests.replies_dropped,
             peers=len(self.peers),
-            subscriptions=sorted((s.statistics() for s in self._routes),
+            subscriptions=sorted((s.statistics() for s in self._routes
+                                  if s is not self._queries),
                                  key=lambda s: s.pattern),
             discovery=disc,
             hot_path=HOT_PATH,
@@ -723,7 +841,19 @@ class Node:
             heartbeats_out=self._heartbeats.sent,
             heartbeats_in=rx.heartbeats_in,
             lost_tails=rx.lost_tails,
+            memory=self._memory_counters(),
         )
+
+    def _memory_counters(self) -> dict[str, int]:
+        out = dict(self._recovery.counters)
+        cache = self._plane.cache
+        if cache is not None:
+            out.update(cache_subjects=cache.subjects, cache_frames=cache.frames,
+                       cache_bytes=cache.bytes, cache_evicted=cache.evicted)
+        out.update(cache_queries=self._answers.queries,
+                   cache_malformed=self._answers.malformed,
+                   cache_refused=self._answers_refused)
+        return out
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("open" if self._started else "new")

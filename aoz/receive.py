@@ -29,6 +29,7 @@ from .protocol import heartbeat
 from .protocol.frames import Kind, decode_frame
 from .protocol.sequence import SequenceTracker
 from .protocol.subjects import Pattern
+from .recovery import MemorySubscription, Recovery
 from .routing import RoutingTable
 from .subscription import Subscription
 
@@ -90,6 +91,8 @@ class Receiver:
         # every aoz node's data SUB subscribes to the heartbeat subject (aoz.dataplane);
         # the drain routes its frames here like an exact subscription's
         routes.pin(heartbeat.SUBJECT, cast(Subscription, _HeartbeatIn(self)))
+        #: recovering subscriptions' gaps go here (aoz.recovery; set by the node)
+        self.recovery: Recovery | None = None
 
     def drain(self, sock: zmq.Socket[bytes]) -> int:
         """Drain up to a batch of frames of the data SUB (the hot path)."""
@@ -110,20 +113,31 @@ class Receiver:
         self, subject: bytes, publisher: int, first: int, last: int,
         subs: tuple[Subscription, ...], msg: Message | None,
     ) -> None:
-        """Messages ``first..last`` (inclusive, sequence numbers modulo 2**32) of
-        ``publisher`` on ``subject`` are missing: count them in the node's ``lost`` and
-        each subscription's (which tells ``error_cb``). ``msg`` is the message that
-        arrived after the gap (its ``gap`` is set), ``None`` for a lost tail found by a
-        heartbeat. The sequence tracker has already moved past ``last``, so one loss is
-        reported once."""
+        """Numbers ``first..last`` (inclusive, modulo 2**32) of ``publisher`` on
+        ``subject`` are missing for ``subs``: the one place every gap is reported (a
+        sequence jump, with ``msg`` the message after it, whose ``gap`` is set; a
+        history seam; a lost tail a heartbeat revealed, ``msg`` None, also counted in
+        ``lost_tails``). Subscriptions with ``recover=True`` ask the publisher's cache
+        (aoz.recovery) and hold what follows meanwhile; the others count the numbers
+        ``lost`` now (which tells ``error_cb``). The sequence tracker has already moved
+        past ``last``, so one loss is reported once."""
         missing = (last - first) % _WRAP + 1
         if msg is not None:
             msg.gap = missing
         else:
-            self.lost_tails += missing
-        self.lost += missing
+            self.lost_tails += missing  # found by a heartbeat (recovered or not)
+        recovering: list[MemorySubscription] = []
+        recovery = self.recovery
         for s in subs:
-            s.upstream_loss(missing)
+            if recovery is not None and type(s) is MemorySubscription and s.recover:
+                recovering.append(s)
+            else:
+                s.upstream_loss(missing)
+        if recovering and recovery is not None:
+            # the node counts what the cache could not give back (recovery.lost)
+            recovery.gap(subject, publisher, first, missing, recovering)
+        else:
+            self.lost += missing
 
     def heartbeat(self, payload: bytes) -> None:
         """A publisher heartbeat (:mod:`aoz.protocol.heartbeat`): every stream it names

@@ -54,6 +54,10 @@ class SubscriptionStatistics(msgspec.Struct, frozen=True, kw_only=True):
     pending: int  #: messages queued, not yet consumed
     queue_size: int
     overflow: Overflow
+    #: of ``received``: messages a publisher's cache gave back after a gap (recover=True)
+    recovered: int = 0
+    #: of ``received``: history messages (subscribe(history=N)), ``msg.replayed``
+    replayed: int = 0
 
 
 class Mailbox(Generic[T]):
@@ -116,6 +120,19 @@ class Mailbox(Generic[T]):
             q.popleft()
         q.append(item)
         if self.blocking and len(q) >= self._limit and not self._held:
+            self._held = True
+            if self._on_full is not None:
+                self._on_full()
+        if self._waiters:
+            self._wake_one()
+
+    def push_past_limit(self, item: T) -> None:
+        """Queue ``item`` even when the queue is full, holding the producer as ``push``
+        does: what a blocking (``overflow="block"``) subscription is given back after a
+        recovery (aoz.recovery) must not be dropped by the queue it was held for."""
+        self.received += 1
+        self._queue.append(item)
+        if self.blocking and len(self._queue) >= self._limit and not self._held:
             self._held = True
             if self._on_full is not None:
                 self._on_full()

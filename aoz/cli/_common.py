@@ -209,12 +209,13 @@ async def wait_for_mesh(node: Any, timeout: float) -> int:
         return 0
 
 
-def listen(node: Any, pattern: str, queue: str | None) -> Any:
+def listen(node: Any, pattern: str, queue: str | None, *, history: int = 0,
+           recover: bool = False) -> Any:
     """``node.subscribe(pattern)``, or a queue-group membership; says it is listening."""
     from .. import queues
 
     if queue is None:
-        subscription: Any = node.subscribe(pattern)
+        subscription: Any = node.subscribe(pattern, history=history, recover=recover)
     else:
         try:
             subscription = queues.subscribe(node, pattern, queue)

@@ -1,5 +1,6 @@
 """``aoz pub`` and ``aoz sub``."""
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -10,7 +11,7 @@ import typer
 
 import aoz.cli._common as c
 
-from ..errors import AozError, TransportError
+from ..errors import AozError, TransportError, WaitTimeout
 from ..message import Message
 from ..protocol.codecs import Codec
 from ..render import OMNM, UNDECODABLE, headers_of, message_text, message_to_dict
@@ -43,6 +44,8 @@ Templates: {{Count}} {{TimeStamp}} {{Unix}} {{UnixNano}} {{Time}} {{ID}} {{Rando
   aoz sub '^MD\\.NYSE\\..*' --json | jq .data
 
   aoz sub FILES.in --dump out/ --raw          # one file per message, bytes as received
+
+  aoz sub 'MD.>' --last 1                     # the last value of each subject first
 
   aoz sub WORK.jobs --queue workers           # share the messages with the group""",
 }
@@ -202,13 +205,23 @@ async def sub(
     as_json: bool = False,
     dump: Path | None = None,
     queue: str | None = None,
+    last: int = 0,
+    recover: bool = False,
 ) -> int:
-    """Print (or dump) messages matching ``pattern`` until interrupted or ``count`` arrived."""
+    """Print (or dump) messages matching ``pattern`` until interrupted or ``count`` arrived;
+    with ``last``, first the last ``last`` cached messages of each subject."""
     if dump is not None:
         _prepare_dump(dump)
+    if queue is not None and (last or recover):
+        raise c.UserError("--last and --recover apply to a plain subscription, not --queue")
 
     async with c.open_node(conn) as node:
-        async with c.listen(node, pattern, queue) as subscription:
+        if last and node.settings.mode in ("naming", "udp"):
+            # the peers known so far, with their subscriptions in place: history asks them
+            with contextlib.suppress(WaitTimeout):
+                await node.wait_for_subscribers(None, timeout=2.0)
+        async with c.listen(node, pattern, queue, history=last,
+                            recover=recover) as subscription:
             n = 0
             async for msg in subscription:
                 n += 1
@@ -368,6 +381,17 @@ def register(app: typer.Typer) -> None:
                 help="Join a queue group: each message goes to one member.",
             ),
         ] = None,
+        last: Annotated[
+            int,
+            typer.Option("--last", min=0, metavar="N",
+                         help="First the last N cached messages of each subject (publishers "
+                              "with publish_cache), then live ones."),
+        ] = 0,
+        recover: Annotated[
+            bool,
+            typer.Option("--recover", help="Ask the publisher's cache for messages a gap "
+                                           "says are missing."),
+        ] = False,
         log_level: c.LogLevel = None,
         naming: c.Naming = None,
         static_bind: c.StaticBind = None,
@@ -377,4 +401,5 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print messages matching PATTERN ("Listening on ..." on stderr once subscribed)."""
         conn = c.Conn(naming, static_bind, static_connect, config, connect_timeout).kwargs("sub")
-        c.run(sub(conn, pattern, count=count, raw=raw, as_json=as_json, dump=dump, queue=queue))
+        c.run(sub(conn, pattern, count=count, raw=raw, as_json=as_json, dump=dump, queue=queue,
+                  last=last, recover=recover))

@@ -35,11 +35,11 @@ async def peer_events(node: aoz.Node) -> None:
 async def sub(p: dict[str, Any]) -> None:
     """Count messages on a subject until one whose body is b"END"; report sequences.
     With ``nsd`` it joins that nsd's mesh (and reports its peer events), otherwise it
-    connects to ``endpoint``."""
+    connects to ``endpoint``; ``recover`` subscribes with ``recover=True``."""
     where = {"naming": [p["nsd"]]} if "nsd" in p else {"connect": [p["endpoint"]]}
     async with aoz.connect(**where, **p.get("settings", {})) as node:
-        sub = node.subscribe(p["subject"])
-        received, first, last = 0, None, None
+        sub = node.subscribe(p["subject"], recover=p.get("recover", False))
+        received, first, last, gaps, in_order = 0, None, None, 0, True
         async with anyio.create_task_group() as tg:
             if "nsd" in p:
                 tg.start_soon(peer_events, node)
@@ -48,23 +48,31 @@ async def sub(p: dict[str, Any]) -> None:
                 received += 1
                 if first is None:
                     first = msg.sequence
+                elif last is not None and msg.sequence is not None and msg.sequence <= last:
+                    in_order = False
                 last = msg.sequence
                 if msg.gap:
+                    gaps += msg.gap
                     emit("gap", gap=msg.gap, t=time.monotonic(), sequence=msg.sequence)
                 if msg.data == b"END":
                     break
             tg.cancel_scope.cancel()
         st = sub.statistics()
         emit("result", received=received, lost=st.lost, dropped=st.dropped, first=first,
-             last=last, discovery=node.statistics().discovery if "nsd" in p else {})
+             last=last, recovered=st.recovered, gaps=gaps, in_order=in_order,
+             discovery=node.statistics().discovery if "nsd" in p else {})
 
 
 async def pub(p: dict[str, Any]) -> None:
     """Publish ``payload_size`` bytes at ``rate`` msg/s until stdin closes, then END
     (repeated until the subscriber says it has it, by closing... see the test). With
-    ``nsd`` it joins that nsd's mesh, otherwise it binds a loopback port."""
-    where = {"naming": [p["nsd"]]} if "nsd" in p else {"bind": ["tcp://127.0.0.1:*"]}
-    async with aoz.connect(**where, **p.get("settings", {})) as node:
+    ``nsd`` it joins that nsd's mesh, otherwise it binds a loopback port (``settings``
+    may name another)."""
+    kwargs: dict[str, Any] = (
+        {"naming": [p["nsd"]]} if "nsd" in p else {"bind": ["tcp://127.0.0.1:*"]}
+    )
+    kwargs.update(p.get("settings", {}))
+    async with aoz.connect(**kwargs) as node:
         emit("ready", endpoint=node.endpoint, uuid=node.uuid)
         await node.wait_for_interest(p["subject"], timeout=30)
         emit("subscribed")
@@ -96,7 +104,8 @@ async def pub(p: dict[str, Any]) -> None:
 
 async def pubexit(p: dict[str, Any]) -> None:
     """Publish ``n`` messages as fast as allowed and exit at once (close flushes)."""
-    async with aoz.connect(bind=["tcp://127.0.0.1:*"], **p.get("settings", {})) as node:
+    settings = {"bind": ["tcp://127.0.0.1:*"], **p.get("settings", {})}
+    async with aoz.connect(**settings) as node:
         emit("ready", endpoint=node.endpoint)
         await node.wait_for_interest(p["subject"], timeout=30)
         body = b"y" * p.get("payload_size", 100)

@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import pytest
 
+from ..ports import free_port
 from .harness import ROOT, role
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
@@ -178,3 +179,52 @@ async def test_a_long_cut_expires_the_peer_and_the_heal_brings_it_back_promptly(
     assert result["first"] == 1 and result["last"] <= sent
     expected = result["last"] - result["first"] + 1
     assert result["received"] + result["lost"] + result["dropped"] == expected
+
+
+@pytest.mark.parametrize(("cache", "complete"), [(100_000, True), (500, False)])
+async def test_blackhole_gap_is_recovered_from_the_publishers_cache(
+    netns: str, cache: int, complete: bool
+) -> None:
+    """The same 4 s cut with ``recover=True`` (issue #21): with a cache big enough,
+    every message is delivered in order and ``recovered`` equals what the cut dropped;
+    with one too small, ``recovered + lost`` equals it exactly. The nodes are linked both
+    ways (the recovery query travels subscriber -> publisher) and the cut drops both."""
+    prefix = ["ip", "netns", "exec", netns]
+    p_pub, p_sub = free_port(), free_port()
+    e_pub, e_sub = f"tcp://127.0.0.1:{p_pub}", f"tcp://127.0.0.1:{p_sub}"
+    pub_settings = {"connect": [e_sub], "publish_cache": cache, "bind": [e_pub]}
+    with role("pub", {"subject": "BH", "rate": 2000, "settings": pub_settings},
+              prefix) as pub:
+        await pub.event("ready")
+        with role("sub", {"endpoint": e_pub, "subject": "BH", "recover": True,
+                          "settings": {"bind": [e_sub], "recover_timeout": 3.0}},
+                  prefix) as sub:
+            await sub.event("ready")
+            await pub.event("subscribed")
+            await anyio.sleep(1.0)
+            _nft(netns, f"""
+                table inet aoz {{
+                    chain input {{
+                        type filter hook input priority 0;
+                        tcp dport {{ {p_pub}, {p_sub} }} drop
+                        tcp sport {{ {p_pub}, {p_sub} }} drop
+                    }}
+                }}
+            """)
+            await anyio.sleep(4.0)
+            _nft(netns, "delete table inet aoz")
+            await sub.event("gap", timeout=30)
+            await anyio.sleep(1.0)
+            pub.stop_input()
+            result = await sub.event("result", timeout=30)
+            await pub.event("result", timeout=30)
+    print(f"blackhole with recovery (cache {cache}): gaps {result['gaps']}, recovered "
+          f"{result['recovered']}, lost {result['lost']}, received {result['received']}")
+    assert result["gaps"] > 0 and result["first"] == 1 and result["in_order"]
+    assert result["recovered"] + result["lost"] == result["gaps"]
+    assert result["received"] + result["lost"] + result["dropped"] == result["last"]
+    if complete:
+        assert result["lost"] == 0 and result["recovered"] == result["gaps"]
+        assert result["received"] == result["last"]
+    else:
+        assert result["lost"] > 0

@@ -4,6 +4,7 @@ queue groups across processes, req --replies, bench, broker, --connect-timeout."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
@@ -131,6 +132,25 @@ async def test_sub_dump_raw_is_byte_exact(aoz_cli: Cli, aoz_node: aoz.Node, tmp_
     assert rc == 0, err
     assert out == ""
     assert [(dump / f"{n}.raw").read_bytes() for n in (1, 2, 3, 4)] == payloads
+
+
+async def test_sub_last_prints_each_subjects_cached_value_then_live(
+    aoz_cli: Cli, aoz_node_factory: NodeFactory
+) -> None:
+    node = await aoz_node_factory(publish_cache=1)
+    for subject in ("HIST.a", "HIST.b"):
+        await node.publish(subject, f"{subject} old".encode())
+        await node.publish(subject, f"{subject} last".encode())
+    sub = await aoz_cli("sub", "HIST.>", "--last", "1", "--raw", "--count", "3")
+    await sub.wait_stderr("Listening on")
+    assert sub.proc.stdout is not None
+    history = [await asyncio.wait_for(sub.proc.stdout.readline(), STEP) for _ in range(2)]
+    assert history == [b"HIST.a last\n", b"HIST.b last\n"]
+    await node.wait_for_interest("HIST.a", timeout=STEP)
+    await node.publish("HIST.a", b"HIST.a live")
+    rc, out, err = await sub.finish()
+    assert rc == 0, err
+    assert out.splitlines() == ["HIST.a live"]
 
 
 async def test_sub_dump_json(aoz_cli: Cli, aoz_node: aoz.Node, tmp_path: Path) -> None:

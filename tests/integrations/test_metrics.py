@@ -108,3 +108,18 @@ async def test_closed_nodes_leave_the_exporter(
     assert nodes == {keep.uuid}
     aoz.metrics.unregister(keep, registry)
     assert collector.nodes == []
+
+
+async def test_the_publisher_cache_and_memory_events_are_exported(
+    aoz_node_factory: NodeFactory, registry: CollectorRegistry,
+    server: aoz.metrics.MetricsServer,
+) -> None:
+    node = await aoz_node_factory(program="metrics-cache", publish_cache=2)
+    aoz.metrics.register(node, registry)
+    for i in range(3):
+        await node.publish("MEM.x", i)
+    text = await scrape(server.url)
+    assert value(text, "aoz_publish_cache", node=node.uuid, what="frames") == 2
+    assert value(text, "aoz_publish_cache", node=node.uuid, what="subjects") == 1
+    assert value(text, "aoz_memory_events_total", node=node.uuid, event="cache_evicted") == 1
+    assert value(text, "aoz_memory_events_total", node=node.uuid, event="recovered") == 0

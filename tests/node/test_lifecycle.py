@@ -180,3 +180,17 @@ def test_blocking_facade_from_two_threads() -> None:
         requests.close()
     with pytest.raises(aoz.ClosedError):
         client.publish("x", b"")
+
+
+def test_blocking_facade_subscribes_with_history() -> None:
+    with (
+        aoz.BlockingNode(bind=["tcp://127.0.0.1:*"], publish_cache=1) as feed,
+        aoz.BlockingNode(bind=["tcp://127.0.0.1:*"], connect=[feed.endpoint]) as app,
+    ):
+        feed._call(feed.node.connect_endpoint, app.endpoint)
+        feed.publish("HB.x", b"old")
+        feed.publish("HB.x", b"last")
+        sub = app.subscribe("HB.>", history=1, recover=True)
+        msg = sub.next(timeout=10)
+        assert (msg.subject, msg.data, msg.replayed) == ("HB.x", b"last", True)
+        sub.close()

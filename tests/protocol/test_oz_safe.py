@@ -201,3 +201,53 @@ async def test_an_oz_catch_all_subscriber_gets_only_refused_heartbeats() -> None
     beats = [f for f in frames if f.startswith(hb.FILTER)]
     assert all(openmama_dispatch(_first(_payload(f))) == "refused" for f in beats)
     assert _first(_payload(beats[0])) == hb.FIRST_BYTE
+
+
+@settings(max_examples=100, deadline=None)
+@given(pattern=st.text(min_size=1, max_size=30).filter(lambda t: len(t.encode()) <= 1024),
+       n=st.integers(0, 2**32 - 1), pub=st.integers(1, 2**64 - 1),
+       frames=st.lists(st.binary(max_size=64), max_size=5))
+def test_cache_queries_and_replies_start_with_a_refused_byte(
+    pattern: str, n: int, pub: int, frames: list[bytes]
+) -> None:
+    """Cache queries and their answers (aoz.cache, issue #21) travel as request and reply
+    payloads: an OZ program subscribed to everything would see them."""
+    from aoz.protocol.cachequery import CacheQuery, encode_query, encode_reply
+
+    q = encode_query(CacheQuery(kind=1, pattern=pattern, n=n))
+    r = encode_query(CacheQuery(kind=2, pattern=pattern, publisher=pub, first=n, count=1))
+    for payload in (q, r, *encode_reply(pub, frames), *encode_reply(pub, [], 0x02)):
+        assert openmama_dispatch(_first(payload)) == "refused", payload[:1]
+
+
+async def test_a_caching_node_answers_an_oz_subscriber_only_refused_first_bytes() -> None:
+    """A node with a cache, queried for its history by another: a raw catch-all SUB (an
+    OZ program's) connected to both sees the query and the answers."""
+    ctx = zmq.asyncio.Context()
+    raw = ctx.socket(zmq.SUB)
+    try:
+        async with aoz.connect(bind=["tcp://127.0.0.1:*"], publish_cache=2) as pub:
+            await pub.publish("OZ.C", {"a": 1})
+            async with aoz.connect(bind=["tcp://127.0.0.1:*"], connect=[pub.endpoint]) as sub:
+                pub.connect_endpoint(sub.endpoint)
+                raw.setsockopt(zmq.SUBSCRIBE, b"")
+                raw.connect(pub.endpoint)
+                raw.connect(sub.endpoint)
+                await pub.wait_for_interest("ANY.THING", timeout=10)
+                await sub.wait_for_interest("ANY.THING", timeout=10)
+                async with sub.subscribe("OZ.>", history=1) as s:
+                    m = await s.next(timeout=5)
+                assert m.replayed
+                frames = []
+                for _ in range(50):  # the query (sub's PUB) and two answers (pub's, sub's)
+                    try:
+                        frames.append(await asyncio.wait_for(raw.recv(), 0.5))
+                    except TimeoutError:
+                        break
+    finally:
+        raw.close(linger=0)
+        ctx.term()
+    kinds = {decode_frame(f).kind for f in frames}
+    assert {Kind.REQUEST, Kind.REPLY} <= kinds, kinds
+    for f in frames:
+        assert openmama_dispatch(_first(_payload(f))) == "refused", f[:80]

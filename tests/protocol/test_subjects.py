@@ -50,7 +50,7 @@ def test_subject_bytes_names_the_broken_rule(subject: object, rule: str) -> None
 
 
 def test_reserved_subjects() -> None:
-    assert RESERVED_PREFIXES == ("_INBOX.", "_NAMING", "_AOZ.")
+    assert RESERVED_PREFIXES == ("_INBOX.", "_NAMING", "_AOZ.")  # _AOZ.CACHE: aoz.cache
     assert is_reserved("_INBOX.3669840e-d043-11ea-adc2-fcaa146e6b01")
     assert is_reserved("_NAMING")
     assert not is_reserved("_INBOX")

@@ -1,0 +1,151 @@
+"""``python -m benchmarks.memory_cache [--rounds N] [--n N]``: what the publisher cache
+costs, and how fast a late joiner gets its history (issue #21).
+
+Three measurements, each as a ratio against its baseline in the same run, rounds
+interleaved so machine drift hits both sides alike:
+
+- ``await publish``: a node publishing 100 B on 1 and on 1,000 subjects in a tight
+  loop with no subscriber (nothing but the send path), ``publish_cache=1`` against no
+  cache: two nodes in this process, timed in ten alternating slices;
+- ``async for``: the harness's lossless pair (one publisher process, one subscriber
+  process: ``send_policy="block"``, ``overflow="block"``), the publisher with
+  ``publish_cache=1`` against without; each side's loss is printed and a round whose
+  side lost more than 0.1% counts as ``n/a``;
+- history: the time from ``subscribe("MD.>", history=1)`` to the last of 1,000
+  historical messages (a publisher node with a cache of 1, a subscriber node linked to
+  it, both in this process, on one event loop).
+
+``benchmarks/out/memory_cache.json`` keeps every figure. The machine's load average
+is printed with the results (2 shared cores: other work moves the absolute numbers;
+the ratios are what to read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+import aoz
+
+from .harness import ROOT, run_pubsub
+
+ANY = "tcp://127.0.0.1:*"
+
+
+async def _publish_rates(subjects: int, n: int, slices: int = 10) -> tuple[float, float]:
+    """``await publish`` rates without and with a cache of 1: two nodes open at once,
+    ``n`` publishes each in ``slices`` alternating slices (noise hits both alike)."""
+    async with (
+        aoz.connect(bind=[ANY]) as off,
+        aoz.connect(bind=[ANY], publish_cache=1) as on,
+    ):
+        names = [f"MD.S{i:04d}" for i in range(subjects)]
+        body = b"x" * 100
+        for node in (off, on):
+            for s in names:  # warm: headers built, cache entries made
+                await node.publish(s, body)
+        spent = {0: 0.0, 1: 0.0}
+        per = n // slices
+        for _ in range(slices):
+            for key, node in ((0, off), (1, on)):
+                publish = node.publish
+                t0 = time.perf_counter()
+                for i in range(per):
+                    await publish(names[i % subjects], body)
+                spent[key] += time.perf_counter() - t0
+        return per * slices / spent[0], per * slices / spent[1]
+
+
+async def _history_time(subjects: int) -> tuple[float, int]:
+    async with (
+        aoz.connect(bind=[ANY], publish_cache=1) as pub,
+        aoz.connect(bind=[ANY], connect=[pub.endpoint]) as sub,
+    ):
+        pub.connect_endpoint(sub.endpoint)
+        for i in range(subjects):
+            await pub.publish(f"MD.S{i:04d}", {"bid": i, "ask": i + 1})
+        async with sub.subscribe("PROBE.A"), pub.subscribe("PROBE.B"):  # links up both ways
+            await pub.wait_for_interest("PROBE.A", timeout=10)
+            await sub.wait_for_interest("PROBE.B", timeout=10)
+        t0 = time.perf_counter()
+        got = 0
+        async with sub.subscribe("MD.>", history=1) as s:
+            async with asyncio.timeout(30):
+                async for msg in s:
+                    got += msg.replayed
+                    if got == subjects:
+                        break
+        return time.perf_counter() - t0, got
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--n", type=int, default=200_000, help="messages per case and round")
+    args = ap.parse_args(argv)
+    load = os.getloadavg()
+    print(f"load average at start: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}", flush=True)
+    summary: dict[str, Any] = {"n": args.n, "load_start": load, "publish": [],
+                               "async_for": [], "history": []}
+    for r in range(args.rounds):
+        row: dict[str, float] = {}
+        for subjects in (1, 1000):
+            row[f"{subjects}/0"], row[f"{subjects}/1"] = asyncio.run(
+                _publish_rates(subjects, args.n))
+        summary["publish"].append(row)
+        print(f"round {r + 1}: await publish  1 subject {row['1/1'] / row['1/0']:.2f}x "
+              f"({row['1/0']:,.0f} -> {row['1/1']:,.0f}/s), 1,000 subjects "
+              f"{row['1000/1'] / row['1000/0']:.2f}x ({row['1000/0']:,.0f} -> "
+              f"{row['1000/1']:,.0f}/s)", flush=True)
+        pair: dict[str, Any] = {}
+        for name, extra in (("off", None), ("cache=1", {"settings": {"publish_cache": 1}})):
+            res = run_pubsub("aoz", 100, args.n, 60.0, pub_extra=extra)
+            pair[name] = {"rate": res["msgs_per_s"], "loss": res["loss"]}
+            print(f"round {r + 1}: async for {name:8s} {res['msgs_per_s']:>10,.0f} msg/s "
+                  f"(received {res['received']:,} of {res['sent']:,}, "
+                  f"lost {res['loss'] * 100:.2f}%)", flush=True)
+        summary["async_for"].append(pair)
+        dt, got = asyncio.run(_history_time(1000))
+        summary["history"].append({"seconds": dt, "messages": got})
+        print(f"round {r + 1}: history of 1,000 subjects: {dt * 1000:.1f} ms ({got} messages)",
+              flush=True)
+    pub1 = [row["1/1"] / row["1/0"] for row in summary["publish"]]
+    pub1000 = [row["1000/1"] / row["1000/0"] for row in summary["publish"]]
+    ok = [p for p in summary["async_for"]
+          if max(p["off"]["loss"], p["cache=1"]["loss"]) <= 0.001]
+    fors = [p["cache=1"]["rate"] / p["off"]["rate"] for p in ok]
+    hist = [h["seconds"] for h in summary["history"]]
+    load = os.getloadavg()
+    summary["load_end"] = load
+    summary["ratios"] = {
+        "publish_1_subject": statistics.median(pub1),
+        "publish_1000_subjects": statistics.median(pub1000),
+        "async_for": statistics.median(fors) if fors else None,
+        "history_1000_s": statistics.median(hist),
+    }
+    print(f"\nawait publish, cache=1 / off: 1 subject {statistics.median(pub1):.2f}x "
+          f"[{min(pub1):.2f}-{max(pub1):.2f}], 1,000 subjects "
+          f"{statistics.median(pub1000):.2f}x [{min(pub1000):.2f}-{max(pub1000):.2f}]")
+    if fors:
+        print(f"async for, publisher cache=1 / off: {statistics.median(fors):.2f}x "
+              f"[{min(fors):.2f}-{max(fors):.2f}] over {len(fors)} lossless rounds "
+              "(target >= 0.95)")
+    else:
+        print("async for: n/a (every round lost more than 0.1% on a side)")
+    print(f"history, subscribe -> last of 1,000: median {statistics.median(hist) * 1000:.1f} ms "
+          f"[{min(hist) * 1000:.1f}-{max(hist) * 1000:.1f}]")
+    print(f"load average at end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+    out = ROOT / "benchmarks" / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "memory_cache.json").write_text(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
