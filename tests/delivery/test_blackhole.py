@@ -151,8 +151,10 @@ async def test_a_long_cut_expires_the_peer_and_the_heal_brings_it_back_promptly(
                 }}
             """)
             cut = time.monotonic()
-            await sub.until(about("expired"), "the publisher's expiry", timeout=CUT)
-            await anyio.sleep(cut + CUT - time.monotonic())
+            # expiry takes 5-7 s here (keepalive, then the window); on a loaded machine
+            # it may take longer, and the cut then lasts until it has happened
+            await sub.until(about("expired"), "the publisher's expiry", timeout=30)
+            await anyio.sleep(max(0.0, cut + CUT - time.monotonic()))
             healed = time.monotonic()
             _nft(netns, "delete table inet aoz")
             seen: dict[str, dict[str, Any]] = {}
@@ -170,7 +172,7 @@ async def test_a_long_cut_expires_the_peer_and_the_heal_brings_it_back_promptly(
             result = await sub.event("result", timeout=30)
             sent = (await pub.event("result", timeout=30))["sent"]
     fresh, joined = seen["gap"]["t"] - healed, seen["joined"]["t"] - healed
-    print(f"{CUT:g} s cut: fresh data {fresh:.3f} s and the publisher listed again "
+    print(f"{healed - cut:.1f} s cut: fresh data {fresh:.3f} s and the publisher listed again "
           f"{joined:.3f} s after the heal; lost {result['lost']}, "
           f"discovery {result['discovery']}")
     # generous bounds (a loaded machine); benchmarks/heal.py measures it
