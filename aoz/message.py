@@ -17,9 +17,10 @@ from .errors import AozError, ClosedError, UsageError
 from .protocol.codecs import AOZ_CODEC_IDS, Codec, decode_payload, split_payload
 from .protocol.frames import Kind
 from .protocol.headers import data_start, parse_headers
+from .protocol.packed import PACKED, unpack_rows
 from .protocol.sequence import FLAG, HEADER_LEN, PACK
 
-__all__ = ["Message", "Responder", "WeakResponder", "data_start"]
+__all__ = ["Message", "Responder", "WeakResponder", "data_start", "expand_packed", "rows_of"]
 
 T = TypeVar("T")
 
@@ -206,3 +207,42 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False, gc=False):
         size = len(self._frame) - self._start
         extra = f" reply={self.reply!r}" if self.reply else ""
         return f"<Message {self.kind.name.lower()} {self.subject!r} {size} B{extra}>"
+
+
+_CODEC_BYTES = [bytes((c,)) for c in range(AOZ_CODEC_IDS)]
+
+
+def rows_of(msg: Message) -> list[Message] | None:
+    """The messages of a packed frame's rows (:mod:`aoz.protocol.packed`), in order;
+    ``None`` when ``msg`` is not packed, or when its packed payload is malformed (then
+    it is delivered whole, as a foreign payload)."""
+    f, st = msg._frame, msg._start
+    if msg._data != st or len(f) <= st or f[st] & 0xFC != PACKED:
+        return None
+    try:
+        spans = unpack_rows(f, st)
+    except AozError:
+        return None
+    head = f[:st]
+    data = st + 1
+    nul, kind, at, node = msg._nul, msg.kind, msg.received_at, msg._node
+    codec = _CODEC_BYTES[spans[0][0]]
+    return [Message(head + codec + f[a:b], nul, st, data, kind, None, at, node)
+            for _, a, b in spans]
+
+
+def expand_packed(items: list[Message]) -> list[Message]:
+    """``items`` with every packed message replaced by its rows' messages (the list
+    itself when none is packed: one comparison per message)."""
+    for i, msg in enumerate(items):
+        if msg._data == msg._start and (rows := rows_of(msg)) is not None:
+            out = items[:i]
+            out += rows
+            for m in items[i + 1 :]:
+                more = rows_of(m) if m._data == m._start else None
+                if more is None:
+                    out.append(m)
+                else:
+                    out += more
+            return out
+    return items

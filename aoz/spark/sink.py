@@ -13,9 +13,12 @@ Options: ``subject`` (a fixed subject) or ``subject_column`` (+ ``subject_prefix
 ``sidecar`` (default ``tcp://127.0.0.1:5758``; a comma-separated list spreads
 partitions over several sidecars, the first one carries commit notices), ``commit_subject`` (default
 ``<subject or prefix>._COMMIT``), ``codec`` (``msgpack`` or ``json``), ``columns``
-(comma-separated subset to send), ``chunk_rows`` (2000), ``window`` (chunks in flight,
-4) and ``timeout`` (seconds, default 10: how long a task or the driver waits for the
-sidecar before failing).
+(comma-separated subset to send), ``chunk_rows`` (4000), ``window`` (chunks in flight,
+16), ``rows_per_frame`` (1000: the most rows of one subject the sidecar packs into one
+ZeroMQ frame, :mod:`aoz.protocol.packed`; aoz subscribers unpack them into one message
+per row; 1 sends a frame per row, for subscribers that are not aoz nodes) and
+``timeout`` (seconds, default 10: how long a task or the driver waits for the sidecar
+before failing).
 
 No Spark task joins the mesh. Each task streams Arrow record batches, encodes each row
 (a msgpack or JSON map of the row plus an envelope under ``"_aoz"``: query id, batch id,
@@ -93,6 +96,7 @@ except ImportError as exc:
 
 from ..errors import AozError, ConfigError, TransportError, WaitTimeout
 from ..protocol.codecs import Codec
+from ..protocol.packed import MAX_ROWS
 from .arrow_encode import buffers_of, encode_rows
 from .delivery import (
     ENVELOPE_KEY,
@@ -110,6 +114,7 @@ from .sidecar import (
     SidecarStatistics,
     SinkSidecar,
     encode_chunk,
+    encode_table,
     probe_sidecar,
     sink_sidecar,
 )
@@ -135,6 +140,10 @@ _U64: Final = struct.Struct("!Q")
 _MSGPACK: Final = msgspec.msgpack.Encoder()
 _JSON: Final = msgspec.json.Encoder()
 _ABORT_PROBE: Final = 1.0
+#: the defaults of the options ``chunk_rows``, ``window`` and ``rows_per_frame``
+CHUNK_ROWS: Final = 4000
+WINDOW: Final = 16
+ROWS_PER_FRAME: Final = 1000
 
 
 def commit_subject_for(options: Mapping[str, str]) -> str:
@@ -245,13 +254,16 @@ class _Options:
         if missing:
             raise ConfigError(f"aoz sink: no column(s) {missing} in {names}")
         try:
-            self.chunk_rows = max(1, int(options.get("chunk_rows", "2000")))
-            self.window = max(1, int(options.get("window", "4")))
+            self.chunk_rows = max(1, int(options.get("chunk_rows", str(CHUNK_ROWS))))
+            self.window = max(1, int(options.get("window", str(WINDOW))))
+            self.pack = int(options.get("rows_per_frame", str(ROWS_PER_FRAME)))
             self.timeout = float(options.get("timeout", "10"))
         except ValueError as exc:
             raise ConfigError(f"aoz sink: {exc}") from None
         if self.timeout <= 0:
             raise ConfigError("aoz sink: timeout must be > 0 seconds")
+        if not 1 <= self.pack <= MAX_ROWS:
+            raise ConfigError(f"aoz sink: rows_per_frame must be 1..{MAX_ROWS}, not {self.pack}")
         self.checkpoint = options.get("checkpointLocation") or options.get("path")
 
     def encode(self, value: object) -> bytes:
@@ -281,6 +293,7 @@ class _RowEncoder:
         import pyarrow.compute as pc
 
         n = batch.num_rows
+        order = None
         if self.opts.subject_column:
             values = batch.column(self.opts.subject_column)
             if values.null_count:
@@ -290,7 +303,13 @@ class _RowEncoder:
             subjects = [f"{prefix}{v}" for v in encoded.dictionary.to_pylist()]
             if len(subjects) > 65_535:
                 return None
-            index = encoded.indices.to_numpy(zero_copy_only=False).astype("<u2").tobytes()
+            indices = encoded.indices
+            if self.opts.pack > 1 and len(subjects) > 1:
+                # rows grouped by subject (a stable sort: each subject's rows keep their
+                # order), so the sidecar packs each subject's rows into few frames
+                order = pc.sort_indices(indices)
+                indices = indices.take(order)
+            index = indices.to_numpy(zero_copy_only=False).astype("<u2").tobytes()
         else:
             subjects, index = [self.opts.subject or ""], bytes(2 * n)
         q, b, p, t = self.env
@@ -298,9 +317,11 @@ class _RowEncoder:
         bodies = encode_rows(batch, self.opts.columns, ENVELOPE_KEY, env, self.rows)
         if bodies is None:
             return None
+        if order is not None:
+            bodies = bodies.take(order)
         self.rows += n
         offsets, blob = buffers_of(bodies)
-        table = msgspec.msgpack.encode((int(self.opts.codec), subjects))
+        table = encode_table(int(self.opts.codec), subjects, self.opts.pack)
         return [table, index, offsets, blob], n
 
     def _rowwise(self, batch: Any) -> tuple[list[bytes], int]:
@@ -320,7 +341,7 @@ class _RowEncoder:
             subjects, index = [self.opts.subject or ""], [0] * n
         if len(subjects) > 65_535:
             raise ConfigError("aoz sink: at most 65535 subjects per chunk; lower chunk_rows")
-        return encode_chunk(int(self.opts.codec), subjects, index, bodies), n
+        return encode_chunk(int(self.opts.codec), subjects, index, bodies, self.opts.pack), n
 
 
 @dataclass
