@@ -13,8 +13,10 @@ taken per round.
 * aoz, before: ``df.write.format("aoz")`` with the former wire (one ZeroMQ frame per
   row: ``rows_per_frame=1``, ``chunk_rows=2000``, ``window=4``).
 * aoz: ``df.write.format("aoz")`` with the defaults (packed frames, a deeper window).
+* publish: ``aoz.spark.publish_dataframe(df, ...)``, the same rows and wire as a
+  ``mapInArrow`` job (no Data Source API: no Python processes on the driver per write).
 
-Both aoz writes go through ``K`` sidecars (``aoz sidecar`` processes, static mode, as
+The aoz writes go through ``K`` sidecars (``aoz sidecar`` processes, static mode, as
 on a host) and are timed until one subscriber has received every row: ``--subscriber
 raw`` (default) is a ZeroMQ SUB in this process counting rows (a packed frame's count
 is read from its header); ``--subscriber aoz`` is an aoz node in another process whose
@@ -211,7 +213,7 @@ def main() -> int:
 
     from pyspark.sql import functions as F
 
-    from aoz.spark import local_session
+    from aoz.spark import local_session, publish_dataframe
 
     spark = local_session(args.master, "aoz-bench-sink", jvm_log_level="ERROR")
     df = (
@@ -235,6 +237,8 @@ def main() -> int:
         wait = counter.wait
     clock = time.perf_counter if args.subscriber == "raw" else time.monotonic
     before = {"rows_per_frame": "1", "chunk_rows": "2000", "window": "4"}
+    target = {"sidecar": ",".join(sidecars.endpoints), "subject_column": "symbol",
+              "subject_prefix": "B."}
 
     def aoz_write(frame: Any, **options: str) -> None:
         (
@@ -270,10 +274,12 @@ def main() -> int:
                 df.write.mode("overwrite").parquet(f"{tmp}/r{r}")
                 parquet = args.rows / (time.perf_counter() - t0)
                 res = {"noop": noop, "parquet": parquet}
-                for name, options in (("before", before), ("aoz", {})):
+                for name, write in (("before", lambda: aoz_write(df, **before)),
+                                    ("aoz", lambda: aoz_write(df)),
+                                    ("publish", lambda: publish_dataframe(df, **target))):
                     counter.expect(args.rows)
                     t0 = clock()
-                    aoz_write(df, **options)
+                    write()
                     acked = args.rows / (clock() - t0)
                     if not wait(120):
                         raise RuntimeError(f"subscriber got {counter.count} of {args.rows}")
@@ -283,14 +289,16 @@ def main() -> int:
                 print(f"round {r + 1}: no-op Arrow {noop:,.0f} rows/s, Parquet {parquet:,.0f}, "
                       f"aoz before {res['before']:,.0f} ({res['before'] / noop:.2f}x no-op), "
                       f"aoz {res['aoz']:,.0f} rows/s received (acked {res['aoz_acked']:,.0f}): "
-                      f"{res['aoz'] / noop:.2f}x no-op, {res['aoz'] / parquet:.2f}x Parquet, "
-                      f"load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+                      f"{res['aoz'] / noop:.2f}x no-op, {res['aoz'] / parquet:.2f}x Parquet; "
+                      f"publish_dataframe {res['publish']:,.0f} rows/s: "
+                      f"{res['publish'] / noop:.2f}x no-op, {res['publish'] / parquet:.2f}x "
+                      f"Parquet; load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
     finally:
         if isinstance(counter, AozCounter):
             counter.close()
         sidecars.close()
         spark.stop()
-    for name in ("before", "aoz"):
+    for name in ("before", "aoz", "publish"):
         for base in ("noop", "parquet"):
             ratios = [x[name] / x[base] for x in rounds]
             print(f"aoz sink ({name}) : {base} = {statistics.median(ratios):.2f} (median of "
