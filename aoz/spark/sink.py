@@ -13,7 +13,7 @@ Options: ``subject`` (a fixed subject) or ``subject_column`` (+ ``subject_prefix
 ``sidecar`` (default ``tcp://127.0.0.1:5758``; a comma-separated list spreads
 partitions over several sidecars, the first one carries commit notices), ``commit_subject`` (default
 ``<subject or prefix>._COMMIT``), ``codec`` (``msgpack`` or ``json``), ``columns``
-(comma-separated subset to send), ``chunk_rows`` (4000), ``window`` (chunks in flight,
+(comma-separated subset to send), ``chunk_rows`` (10000), ``window`` (chunks in flight,
 16), ``rows_per_frame`` (1000: the most rows of one subject the sidecar packs into one
 ZeroMQ frame, :mod:`aoz.protocol.packed`; aoz subscribers unpack them into one message
 per row; 1 sends a frame per row, for subscribers that are not aoz nodes) and
@@ -142,7 +142,7 @@ _MSGPACK: Final = msgspec.msgpack.Encoder()
 _JSON: Final = msgspec.json.Encoder()
 _ABORT_PROBE: Final = 1.0
 #: the defaults of the options ``chunk_rows``, ``window`` and ``rows_per_frame``
-CHUNK_ROWS: Final = 4000
+CHUNK_ROWS: Final = 10_000
 WINDOW: Final = 16
 ROWS_PER_FRAME: Final = 1000
 
