@@ -234,15 +234,16 @@ def rows_of(msg: Message) -> list[Message] | None:
 def expand_packed(items: list[Message]) -> list[Message]:
     """``items`` with every packed message replaced by its rows' messages (the list
     itself when none is packed: one comparison per message)."""
-    for i, msg in enumerate(items):
-        if msg._data == msg._start and (rows := rows_of(msg)) is not None:
-            out = items[:i]
+    for msg in items:
+        if msg._data == msg._start:  # not an aoz codec byte: omnm, foreign, packed...
+            break
+    else:
+        return items
+    out: list[Message] = []
+    for msg in items:
+        rows = rows_of(msg) if msg._data == msg._start else None
+        if rows is None:
+            out.append(msg)
+        else:
             out += rows
-            for m in items[i + 1 :]:
-                more = rows_of(m) if m._data == m._start else None
-                if more is None:
-                    out.append(m)
-                else:
-                    out += more
-            return out
-    return items
+    return out
