@@ -38,6 +38,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import msgspec
 
 from ._tasks import TaskOwner
@@ -72,7 +73,7 @@ __all__ = ["Node", "NodeStatistics", "PeerEventStream", "ReplyStream", "connect"
 
 log = logging.getLogger("aoz.node")
 
-_REPLY_ROUTE_WAIT = 2.0  # seconds a deferred reply waits for the requester's inbox filter
+_REPLY_ROUTE_WAIT = 5.0  # seconds a deferred reply waits for the requester's inbox filter
 _MAX_DEFERRED = 1024  # deferred replies waiting at once; more are counted unroutable
 _HOUSEKEEPING = 0.25  # seconds between sweeps of abandoned reply streams
 
@@ -337,6 +338,11 @@ class Node:
         """
         if not self._open:
             self._check_open()
+        direct = self._send.direct
+        if direct is not None and headers is None and not block:
+            if direct(subject, data, codec):  # the loop's turn, now and then
+                await anyio.lowlevel.checkpoint()
+            return
         wait = self._send.publish(subject, data, codec, block, headers)
         if wait is not None:  # room to wait for, or the loop's turn
             await wait
@@ -379,7 +385,7 @@ class Node:
         other direction, which may still be connecting (a peer that joined a moment
         ago), and ZeroMQ would drop a reply with no route silently. A reply with a route
         is sent at once; one without is handed to a task of the node that waits for
-        the requester's inbox filter (at most 2 s) and then sends it or counts it in
+        the requester's inbox filter (at most 5 s) and then sends it or counts it in
         ``replies_unroutable``. The caller never waits, so a sequential responder is
         not stalled by a requester that has gone.
         """

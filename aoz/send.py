@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
@@ -50,6 +50,13 @@ class SendPath:
         self.waiters = 0  # sends waiting for room now
         # set when the publisher may have room again (blocked sends wait on it)
         self._room = asyncio.Event()
+        #: ``await node.publish`` without headers on a node that never waits for room:
+        #: the hot path's own entry (build, send, count; True when the caller should
+        #: yield), so the commonest publish costs no call of this class's. ``None`` on a
+        #: blocking node, where :meth:`publish` decides.
+        self.direct: Callable[[str, object, Codec | None], bool] | None = (
+            None if blocking else self.sender.publish
+        )
 
     def attach(self, pub: zmq.Socket[bytes]) -> None:
         """The XPUB frames leave from (the data plane's)."""
