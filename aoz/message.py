@@ -210,6 +210,7 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False, gc=False):
 
 
 _CODEC_BYTES = [bytes((c,)) for c in range(AOZ_CODEC_IDS)]
+_PUBLISH = Kind.PUBLISH
 
 
 def rows_of(msg: Message) -> list[Message] | None:
@@ -217,17 +218,17 @@ def rows_of(msg: Message) -> list[Message] | None:
     ``None`` when ``msg`` is not packed, or when its packed payload is malformed (then
     it is delivered whole, as a foreign payload)."""
     f, st = msg._frame, msg._start
-    if msg._data != st or len(f) <= st or f[st] & 0xFC != PACKED:
-        return None
+    if msg._data != st or len(f) <= st or f[st] & 0xFC != PACKED or msg.kind is not _PUBLISH:
+        return None  # only publications are packed (a packed request is delivered whole)
     try:
         spans = unpack_rows(f, st)
     except AozError:
         return None
     head = f[:st]
     data = st + 1
-    nul, kind, at, node = msg._nul, msg.kind, msg.received_at, msg._node
+    nul, at, node = msg._nul, msg.received_at, msg._node
     codec = _CODEC_BYTES[spans[0][0]]
-    return [Message(head + codec + f[a:b], nul, st, data, kind, None, at, node)
+    return [Message(head + codec + f[a:b], nul, st, data, _PUBLISH, None, at, node)
             for _, a, b in spans]
 
 

@@ -97,3 +97,18 @@ async def test_a_malformed_packed_frame_is_delivered_whole(
         got = [await sub.next(timeout=5) for _ in range(3)]
     assert [m.payload for m in got] == bad  # never dropped: a foreign payload, as it came
     assert all(m.codec is Codec.UNKNOWN for m in got)
+
+
+async def test_a_request_with_a_packed_payload_is_delivered_whole(
+    static_pair: tuple[aoz.Node, aoz.Node],
+) -> None:
+    a, b = static_pair
+    payload = pack_rows(1, [ENC(1), ENC(2)])
+    async with b.subscribe("Q.svc") as sub:
+        await a.wait_for_interest("Q.svc")
+        async with asyncio.TaskGroup() as tg:
+            reply = tg.create_task(a.request("Q.svc", aoz.Verbatim(payload), timeout=5))
+            req = await sub.next(timeout=5)
+            await req.respond("ok")
+        assert req.kind is aoz.Kind.REQUEST and req.payload == payload  # one message
+        assert reply.result().decode() == "ok"
