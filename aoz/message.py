@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Coroutine
+from itertools import pairwise
 from typing import Any, Protocol, TypeVar, overload
 
 import msgspec
@@ -17,7 +18,7 @@ from .errors import AozError, ClosedError, UsageError
 from .protocol.codecs import AOZ_CODEC_IDS, Codec, decode_payload, split_payload
 from .protocol.frames import Kind
 from .protocol.headers import data_start, parse_headers
-from .protocol.packed import PACKED, unpack_rows
+from .protocol.packed import PACKED, row_bounds
 from .protocol.sequence import FLAG, HEADER_LEN, PACK
 
 __all__ = ["Message", "Responder", "WeakResponder", "data_start", "expand_packed", "rows_of"]
@@ -221,15 +222,14 @@ def rows_of(msg: Message) -> list[Message] | None:
     if msg._data != st or len(f) <= st or f[st] & 0xFC != PACKED or msg.kind is not _PUBLISH:
         return None  # only publications are packed (a packed request is delivered whole)
     try:
-        spans = unpack_rows(f, st)
+        codec, bounds = row_bounds(f, st)
     except AozError:
         return None
-    head = f[:st]
+    head = f[:st] + _CODEC_BYTES[codec]
     data = st + 1
     nul, at, node = msg._nul, msg.received_at, msg._node
-    codec = _CODEC_BYTES[spans[0][0]]
-    return [Message(head + codec + f[a:b], nul, st, data, _PUBLISH, None, at, node)
-            for _, a, b in spans]
+    return [Message(head + f[a:b], nul, st, data, _PUBLISH, None, at, node)
+            for a, b in pairwise(bounds)]
 
 
 def expand_packed(items: list[Message]) -> list[Message]:

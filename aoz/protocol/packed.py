@@ -39,7 +39,8 @@ from typing import Final
 
 from ..errors import DecodeError, EncodeError
 
-__all__ = ["MAX_ROWS", "PACKED", "is_packed", "pack_rows", "pack_span", "unpack_rows"]
+__all__ = ["MAX_ROWS", "PACKED", "is_packed", "pack_rows", "pack_span", "row_bounds",
+           "unpack_rows"]
 
 #: the first byte's "packed" bit (with the codec in bits 0-1: 0x10..0x13)
 PACKED: Final = 0x10
@@ -81,6 +82,13 @@ def unpack_rows(frame: bytes, start: int) -> list[tuple[int, int, int]]:
     """``(codec, body start, body end)`` of every row of the packed payload at
     ``frame[start:]``, positions in ``frame``; raises :class:`aoz.DecodeError` when the
     payload does not follow the layout (nothing is returned for a part of it)."""
+    codec, bounds = row_bounds(frame, start)
+    return [(codec, a, b) for a, b in pairwise(bounds)]
+
+
+def row_bounds(frame: bytes, start: int) -> tuple[int, list[int]]:
+    """The rows' codec and their ``n + 1`` boundaries in ``frame`` (row ``i`` is
+    ``frame[bounds[i]:bounds[i + 1]]``): :func:`unpack_rows` without a tuple per row."""
     size = len(frame)
     if size < start + 5 or not is_packed(frame[start]):
         raise DecodeError("not a packed payload")
@@ -94,7 +102,6 @@ def unpack_rows(frame: bytes, start: int) -> list[tuple[int, int, int]]:
     base = body - offs[0]
     if base + offs[n] != size:
         raise DecodeError("a packed payload's offsets do not match its bodies")
-    rows = [(codec, base + a, base + b) for a, b in pairwise(offs)]
-    if any(a > b for _, a, b in rows):
+    if offs != array("I", sorted(offs)):
         raise DecodeError("a packed payload's offsets go backwards")
-    return rows
+    return codec, list(map(base.__add__, offs))
