@@ -14,7 +14,7 @@ Options: ``subject`` (a fixed subject) or ``subject_column`` (+ ``subject_prefix
 partitions over several sidecars, the first one carries commit notices), ``commit_subject`` (default
 ``<subject or prefix>._COMMIT``), ``codec`` (``msgpack`` or ``json``), ``columns``
 (comma-separated subset to send), ``chunk_rows`` (10000), ``window`` (chunks in flight,
-16), ``rows_per_frame`` (1000: the most rows of one subject the sidecar packs into one
+4: up to 40,000 rows with the default chunks), ``rows_per_frame`` (1000: the most rows of one subject the sidecar packs into one
 ZeroMQ frame, :mod:`aoz.protocol.packed`; aoz subscribers unpack them into one message
 per row; 1 sends a frame per row, for subscribers that are not aoz nodes) and
 ``timeout`` (seconds, default 10: how long a task or the driver waits for the sidecar
@@ -143,7 +143,7 @@ _JSON: Final = msgspec.json.Encoder()
 _ABORT_PROBE: Final = 1.0
 #: the defaults of the options ``chunk_rows``, ``window`` and ``rows_per_frame``
 CHUNK_ROWS: Final = 10_000
-WINDOW: Final = 16
+WINDOW: Final = 4
 ROWS_PER_FRAME: Final = 1000
 
 
