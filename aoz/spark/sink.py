@@ -14,9 +14,10 @@ Options: ``subject`` (a fixed subject) or ``subject_column`` (+ ``subject_prefix
 partitions over several sidecars, the first one carries commit notices), ``commit_subject`` (default
 ``<subject or prefix>._COMMIT``), ``codec`` (``msgpack`` or ``json``), ``columns``
 (comma-separated subset to send), ``chunk_rows`` (10000), ``window`` (chunks in flight,
-4: up to 40,000 rows with the default chunks), ``rows_per_frame`` (1000: the most rows of one subject the sidecar packs into one
-ZeroMQ frame, :mod:`aoz.protocol.packed`; aoz subscribers unpack them into one message
-per row; 1 sends a frame per row, for subscribers that are not aoz nodes) and
+4: up to 40,000 rows with the default chunks), ``rows_per_frame`` (1000: the most rows
+of one subject the sidecar packs into one ZeroMQ frame, :mod:`aoz.protocol.packed`; aoz
+subscribers unpack them into one message per row; 1 sends a frame per row, for
+subscribers that are not aoz nodes) and
 ``timeout`` (seconds, default 10: how long a task or the driver waits for the sidecar
 before failing).
 
