@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Coroutine
+from itertools import pairwise
 from typing import Any, Protocol, TypeVar, overload
 
 import msgspec
@@ -17,9 +18,10 @@ from .errors import AozError, ClosedError, UsageError
 from .protocol.codecs import AOZ_CODEC_IDS, Codec, decode_payload, split_payload
 from .protocol.frames import Kind
 from .protocol.headers import data_start, parse_headers
+from .protocol.packed import PACKED, row_bounds
 from .protocol.sequence import FLAG, HEADER_LEN, PACK
 
-__all__ = ["Message", "Responder", "WeakResponder", "data_start"]
+__all__ = ["Message", "Responder", "WeakResponder", "data_start", "expand_packed", "rows_of"]
 
 T = TypeVar("T")
 
@@ -211,3 +213,43 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False, gc=False):
         size = len(self._frame) - self._start
         extra = f" reply={self.reply!r}" if self.reply else ""
         return f"<Message {self.kind.name.lower()} {self.subject!r} {size} B{extra}>"
+
+
+_CODEC_BYTES = [bytes((c,)) for c in range(AOZ_CODEC_IDS)]
+_PUBLISH = Kind.PUBLISH
+
+
+def rows_of(msg: Message) -> list[Message] | None:
+    """The messages of a packed frame's rows (:mod:`aoz.protocol.packed`), in order;
+    ``None`` when ``msg`` is not packed, or when its packed payload is malformed (then
+    it is delivered whole, as a foreign payload)."""
+    f, st = msg._frame, msg._start
+    if msg._data != st or len(f) <= st or f[st] & 0xFC != PACKED or msg.kind is not _PUBLISH:
+        return None  # only publications are packed (a packed request is delivered whole)
+    try:
+        codec, bounds = row_bounds(f, st)
+    except AozError:
+        return None
+    head = f[:st] + _CODEC_BYTES[codec]
+    data = st + 1
+    nul, at, node = msg._nul, msg.received_at, msg._node
+    return [Message(head + f[a:b], nul, st, data, _PUBLISH, None, at, node)
+            for a, b in pairwise(bounds)]
+
+
+def expand_packed(items: list[Message]) -> list[Message]:
+    """``items`` with every packed message replaced by its rows' messages (the list
+    itself when none is packed: one comparison per message)."""
+    for msg in items:
+        if msg._data == msg._start:  # not an aoz codec byte: omnm, foreign, packed...
+            break
+    else:
+        return items
+    out: list[Message] = []
+    for msg in items:
+        rows = rows_of(msg) if msg._data == msg._start else None
+        if rows is None:
+            out.append(msg)
+        else:
+            out += rows
+    return out

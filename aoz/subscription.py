@@ -30,6 +30,7 @@ import msgspec
 
 from .config import Overflow
 from .errors import ClosedError, UsageError, WaitTimeout
+from .message import expand_packed, rows_of
 
 if TYPE_CHECKING:
     from .message import Message
@@ -163,6 +164,25 @@ class Mailbox(Generic[T]):
             self._overflowed()
         waiters = self._waiters
         for _ in range(min(k, len(waiters))):
+            self._wake_one()
+
+    def push_whole(self, items: list[T]) -> None:
+        """Items that arrived as one (a packed frame's rows): with ``overflow="block"``
+        they are queued whole, even past the limit (by at most one frame's rows; the
+        producer is then held, as by ``push``), so that none is dropped; otherwise as
+        ``push_many``."""
+        if not self.blocking:
+            self.push_many(items)
+            return
+        self.received += len(items)
+        q = self._queue
+        q.extend(items)
+        if len(q) >= self._limit and not self._held:
+            self._held = True
+            if self._on_full is not None:
+                self._on_full()
+        waiters = self._waiters
+        for _ in range(min(len(items), len(waiters))):
             self._wake_one()
 
     def _took(self) -> None:
@@ -307,6 +327,16 @@ class Subscription(Mailbox["Message"]):
         #: called (at most every 5 s) when this subscription is losing messages: the
         #: node's ``error_cb`` hook (aoz.connect(error_cb=...))
         self.on_loss: Callable[[Subscription], None] | None = None
+
+    def push(self, item: Message) -> None:
+        rows = rows_of(item)  # a packed frame: one message per row (aoz.protocol.packed)
+        if rows is None:
+            Mailbox.push(self, item)
+        else:
+            self.push_whole(rows)
+
+    def push_many(self, items: list[Message]) -> None:
+        Mailbox.push_many(self, expand_packed(items))
 
     def _overflowed(self) -> None:
         self._warn()

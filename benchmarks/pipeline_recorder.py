@@ -76,6 +76,7 @@ async def one_round(
     assert proc.stdout is not None and proc.stdin is not None
     lines = _lines(proc.stdout)
     ready = json.loads(await anext(lines))
+    cpu0 = time.process_time()
     async with aoz.connect(bind=["tcp://127.0.0.1:*"], connect=[ready["endpoint"]]) as node:
         async with Recorder(node, [pattern], directory, types=[Tick], flush_rows=50_000,
                             flush_interval=0.5, queue_size=1_000_000,
@@ -112,7 +113,9 @@ async def one_round(
         await proc.stdin.aclose()
         await proc.wait()
     rec_rate = stats.written / (t_done - t_first[0])
+    cpu = (time.process_time() - cpu0) / max(stats.written, 1) * 1e6
     return {
+        "cpu_us_per_row": cpu,
         "publisher": result["rate"], "recorder": rec_rate, "ratio": rec_rate / result["rate"],
         "dropped": stats.dropped, "lost": n - stats.written, "size": result["size"],
         "writer": writer,
@@ -128,12 +131,20 @@ async def _lines(stream: Any) -> Any:
             yield line.decode()
 
 
+def sample_rows(n: int) -> list[tuple[str, float, bytes]]:
+    """Rows as the recorder gets them from an aoz publisher: sequenced msgpack payloads."""
+    from aoz.protocol.builder import FrameBuilder
+    from aoz.protocol.codecs import Codec
+
+    b = FrameBuilder(Codec.MSGPACK, publisher=0x5EED)
+    frames = (b.publish("BENCH.X", payload(i)) for i in range(n))
+    return [("BENCH.X", time.time(), f[f.index(b"\0") + 3 :]) for f in frames]
+
+
 def build_rate(n: int = 200_000) -> float:
     from aoz.record.schema import build_tables, columns_for
 
-    rows = [
-        ("BENCH.X", time.time(), b"\x01" + msgspec.msgpack.encode(payload(i))) for i in range(n)
-    ]
+    rows = sample_rows(n)
     cols = columns_for([Tick])
     t0 = time.perf_counter()
     build_tables(rows, cols)
@@ -147,9 +158,7 @@ def writer_cost(n: int = 100_000, rounds: int = 3) -> dict[str, float]:
     from aoz.record.recorder import _new_pool, write_rows
     from aoz.record.schema import columns_for
 
-    rows = [
-        ("BENCH.X", time.time(), b"\x01" + msgspec.msgpack.encode(payload(i))) for i in range(n)
-    ]
+    rows = sample_rows(n)
     cols = columns_for([Tick])
     pool = _new_pool()
     out: dict[str, list[float]] = {"thread": [], "process": []}
@@ -198,12 +207,15 @@ def main() -> int:
             print(f"round {r + 1} ({writer} writer): publisher {res['publisher']:,.0f} msg/s, "
                   f"recorder {res['recorder']:,.0f} rows/s, ratio {res['ratio']:.2f}, not "
                   f"recorded {res['lost']:,} of {args.n:,} (subscription drops "
-                  f"{res['dropped']:,}), {res['size']} B messages", flush=True)  # fmt: skip
+                  f"{res['dropped']:,}), {res['size']} B messages, recorder process CPU "
+                  f"{res['cpu_us_per_row']:.2f} us/row, load {os.getloadavg()[0]:.1f}",
+                  flush=True)  # fmt: skip
     for writer in writers:
         ratios = [x["ratio"] for x in rounds if x["writer"] == writer]
+        cpu = statistics.median(x["cpu_us_per_row"] for x in rounds if x["writer"] == writer)
         print(f"recorder ({writer} writer) : publisher = {statistics.median(ratios):.2f} "
               f"(median of {len(ratios)}, min {min(ratios):.2f}, max {max(ratios):.2f}), "
-              f"load {os.getloadavg()[0]:.1f}")  # fmt: skip
+              f"recorder process CPU {cpu:.2f} us/row, load {os.getloadavg()[0]:.1f}")  # fmt: skip
     print(f"build_tables alone {build_rate():,.0f} rows/s")
     cost = writer_cost()
     print(f"recorder-process CPU per million rows written: thread writer "

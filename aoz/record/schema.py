@@ -260,7 +260,9 @@ class _Decoded:
         fields = [(f"f{i}", Any, None) for i in range(len(names))]
         rename = {f"f{i}": name for i, name in enumerate(names)}
         # Any-typed fields: unknown keys are skipped in C, nothing fails validation.
-        self.row = msgspec.defstruct("RecordedFields", fields, rename=rename)
+        # gc=False: decoded values never refer back to their row, so no cycle can form;
+        # a flush decodes tens of thousands of rows, which would trigger collections
+        self.row = msgspec.defstruct("RecordedFields", fields, rename=rename, gc=False)
         self.empty = self.row()
         self.msgpack = msgspec.msgpack.Decoder(list[self.row])  # type: ignore[name-defined]
         self.json = msgspec.json.Decoder(list[self.row])  # type: ignore[name-defined]
@@ -308,6 +310,8 @@ class _Decoded:
 
 _DECODERS: dict[tuple[Column, ...], _Decoded] = {}
 _BYTES: Final = [bytes((i,)) for i in range(256)]
+_SEQ_MSGPACK: Final = 0x01 | FLAG  # msgpack with a sequence header, no header block
+_SEQ_HEAD: Final = 13  # its first byte, publisher id and number (aoz.protocol.sequence)
 
 
 def _decoder(decoded: tuple[Column, ...]) -> _Decoded:
@@ -377,7 +381,9 @@ def build_tables(
 
     Vectorised: the payloads of one codec are decoded by one decoder call, each column
     is taken out with a C-level ``map`` and built by one ``pyarrow.array`` call; Python
-    loops over rows only to pick each row's codec.
+    loops over rows only to pick each row's codec. Rows that all come from aoz
+    publishers (sequenced msgpack, the common case) take no Python per row at all up to
+    the decoded fields (:func:`_bulk_sequenced_msgpack`).
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -388,51 +394,14 @@ def build_tables(
         return {}, 0
     subjects, received, payloads = (list(c) for c in zip(*rows, strict=True))
     dec = _decoder(decoded)
-    # aoz's sequence header (see above): flagged codec byte, publisher id, sequence
-    firsts = [p[0] if p else 0 for p in payloads]
-    # where the body starts: after the flagged first byte, the sequence header and the
-    # header block (aoz.protocol.headers.data_start); 1 for unflagged or cut-short ones
-    starts = [
-        max(data_start(p, 0), 1) if is_aoz_flagged(f) else 1
-        for f, p in zip(firsts, payloads, strict=True)
-    ]
-    sequenced = len(starts) - starts.count(1)
-    if sequenced:
-        codecs = [f & 3 if s > 1 else f for f, s in zip(firsts, starts, strict=True)]
-        bodies = [p[s:] for p, s in zip(payloads, starts, strict=True)]
-        heads = [
-            SEQ_PACK.unpack_from(p, 1) if s > 1 and f & FLAG else (None, None)
-            for p, f, s in zip(payloads, firsts, starts, strict=True)
-        ]
-        pub_ids, pub_seqs = (list(c) for c in zip(*heads, strict=True))
-        hexes: dict[int | None, str | None] = {
-            i: f"{i:016x}" for i in set(pub_ids) if i is not None
-        }
-        hexes[None] = None
-        publisher = pa.array(list(map(hexes.__getitem__, pub_ids)), type=pa.string())
-        publisher_seq = pa.array(pub_seqs, type=pa.int64())
-        # the payload column keeps the codec byte and the body, not the sequence header
-        payloads = [
-            _BYTES[c] + b if s > 1 else p
-            for c, b, s, p in zip(codecs, bodies, starts, payloads, strict=True)
-        ]
+    bulk = _bulk_sequenced_msgpack(payloads, dec)
+    if bulk is not None:  # one aoz feed: every payload sequenced msgpack (the common case)
+        fields, publisher, publisher_seq, payload_array = bulk
+        codecs = [1] * len(rows)
+        errors = 0
     else:
-        codecs = firsts
-        bodies = [p[1:] for p in payloads]
-        publisher = pa.nulls(len(rows), type=pa.string())
-        publisher_seq = pa.nulls(len(rows), type=pa.int64())
-    errors = 0
-    if codecs.count(1) == len(rows):  # the common case: one feed, one codec
-        fields, errors = dec.decode(1, bodies)
-    else:
-        fields = [dec.empty] * len(rows)
-        for codec in (1, 2):
-            idx = [i for i, c in enumerate(codecs) if c == codec]
-            if idx:
-                values, bad = dec.decode(codec, [bodies[i] for i in idx])
-                errors += bad
-                for i, v in zip(idx, values, strict=True):
-                    fields[i] = v
+        payload_array = None
+        fields, codecs, payloads, publisher, publisher_seq, errors = _per_row(payloads, dec)
     omnm_fields: list[str | None] = [None] * len(rows)
     if 0x4F in codecs:  # OpenMAMA omnm (OZ programs' payloads): fields by name, row by row
         for i, codec in enumerate(codecs):
@@ -472,7 +441,8 @@ def build_tables(
         "publisher_seq": publisher_seq,
         "codec": pa.array(codecs if max(codecs) <= 3 else [c if c <= 3 or c == 0x4F else -1
                                                            for c in codecs], type=pa.int64()),
-        "payload": pa.array(payloads, type=pa.binary()),
+        "payload": (payload_array if payload_array is not None
+                    else pa.array(payloads, type=pa.binary())),
         "omnm_fields": pa.array(omnm_fields, type=pa.string()),
     }  # fmt: skip
     for c in decoded:
@@ -488,6 +458,117 @@ def build_tables(
         mask = pa.array([d == day for d in day_of])
         tables[_date(day)] = table.filter(mask)
     return tables, errors
+
+
+def _per_row(
+    payloads: list[bytes], dec: _Decoded
+) -> tuple[list[Any], list[int], list[bytes], Any, Any, int]:
+    """Fields, codecs, payloads (without sequence headers), publisher and publisher_seq
+    columns, decode errors: row by row where needed (mixed codecs, headers, foreign)."""
+    import pyarrow as pa
+
+    n = len(payloads)
+    # aoz's sequence header (see above): flagged codec byte, publisher id, sequence
+    firsts = [p[0] if p else 0 for p in payloads]
+    # where the body starts: after the flagged first byte, the sequence header and the
+    # header block (aoz.protocol.headers.data_start); 1 for unflagged or cut-short ones
+    starts = [
+        max(data_start(p, 0), 1) if is_aoz_flagged(f) else 1
+        for f, p in zip(firsts, payloads, strict=True)
+    ]
+    sequenced = len(starts) - starts.count(1)
+    if sequenced:
+        codecs = [f & 3 if s > 1 else f for f, s in zip(firsts, starts, strict=True)]
+        bodies = [p[s:] for p, s in zip(payloads, starts, strict=True)]
+        heads = [
+            SEQ_PACK.unpack_from(p, 1) if s > 1 and f & FLAG else (None, None)
+            for p, f, s in zip(payloads, firsts, starts, strict=True)
+        ]
+        pub_ids, pub_seqs = (list(c) for c in zip(*heads, strict=True))
+        hexes: dict[int | None, str | None] = {
+            i: f"{i:016x}" for i in set(pub_ids) if i is not None
+        }
+        hexes[None] = None
+        publisher = pa.array(list(map(hexes.__getitem__, pub_ids)), type=pa.string())
+        publisher_seq = pa.array(pub_seqs, type=pa.int64())
+        # the payload column keeps the codec byte and the body, not the sequence header
+        payloads = [
+            _BYTES[c] + b if s > 1 else p
+            for c, b, s, p in zip(codecs, bodies, starts, payloads, strict=True)
+        ]
+    else:
+        codecs = firsts
+        bodies = [p[1:] for p in payloads]
+        publisher = pa.nulls(n, type=pa.string())
+        publisher_seq = pa.nulls(n, type=pa.int64())
+    errors = 0
+    if codecs.count(1) == n:  # the common case: one feed, one codec
+        fields, errors = dec.decode(1, bodies)
+    else:
+        fields = [dec.empty] * n
+        for codec in (1, 2):
+            idx = [i for i, c in enumerate(codecs) if c == codec]
+            if idx:
+                values, bad = dec.decode(codec, [bodies[i] for i in idx])
+                errors += bad
+                for i, v in zip(idx, values, strict=True):
+                    fields[i] = v
+    return fields, codecs, payloads, publisher, publisher_seq, errors
+
+
+def _bulk_sequenced_msgpack(
+    payloads: list[bytes], dec: _Decoded
+) -> tuple[list[Any], Any, Any, Any] | None:
+    """``build_tables`` for payloads that are all aoz msgpack with a sequence header and
+    no header block (first byte 0x05: one aoz feed), with no Python per row: the
+    payloads are joined once, the sequence headers read and cut out by numpy index
+    arithmetic, the bodies decoded by one decoder call and the payload column built from
+    buffers. ``None`` when a payload is anything else, or a body does not decode (the
+    row-by-row path then finds and counts the bad ones)."""
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - pyarrow >= 16 does not need numpy
+        return None
+    import pyarrow as pa
+
+    n = len(payloads)
+    lens = np.fromiter(map(len, payloads), dtype=np.int64, count=n)
+    if n == 0 or int(lens.min()) < _SEQ_HEAD:
+        return None
+    blob = b"".join(payloads)
+    buf = np.frombuffer(blob, dtype=np.uint8)
+    ends = np.cumsum(lens)
+    starts = ends - lens
+    if not bool((buf[starts] == _SEQ_MSGPACK).all()):
+        return None
+    head = starts[:, None] + np.arange(1, _SEQ_HEAD)  # publisher id and number, per row
+    ids = np.ascontiguousarray(buf[head[:, :8]]).view("<u8").ravel()
+    seqs = np.ascontiguousarray(buf[head[:, 8:]]).view("<u4").ravel()
+    keep = np.ones(len(buf), dtype=bool)
+    keep[head.ravel()] = False
+    payload_blob = buf[keep]  # each payload: its codec byte and body
+    keep[starts] = False
+    try:
+        fields: list[Any] = dec.msgpack.decode(
+            b"".join((b"\xdd", n.to_bytes(4, "big"), buf[keep].tobytes()))
+        )
+    except (msgspec.DecodeError, ValueError, RecursionError):
+        return None
+    if len(fields) != n:  # pragma: no cover - n bodies in, n rows out
+        return None
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens - (_SEQ_HEAD - 1), out=offsets[1:])
+    if offsets[-1] >= 2**31:
+        return None
+    payload_blob[offsets[:-1]] = 0x01  # the codec byte without the sequence flag
+    payload_array = pa.Array.from_buffers(
+        pa.binary(), n,
+        [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(payload_blob)],
+    )  # fmt: skip
+    uniq, inverse = np.unique(ids, return_inverse=True)
+    hexes = pa.array([f"{int(i):016x}" for i in uniq], type=pa.string())
+    publisher = hexes.take(pa.array(inverse.astype(np.int32)))
+    return fields, publisher, pa.array(seqs.astype(np.int64)), payload_array
 
 
 def _date(day: int) -> str:

@@ -38,6 +38,7 @@ __all__ = [
     "jobs",
     "local_session",
     "probe_sidecar",
+    "publish_dataframe",
     "register",
     "run_sidecar",
     "sink_sidecar",
@@ -45,7 +46,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("AozDataSource", "register"):
+    if name in ("AozDataSource", "publish_dataframe", "register"):
         from . import sink
 
         return getattr(sink, name)

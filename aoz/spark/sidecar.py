@@ -15,13 +15,19 @@ for synchronous Spark programs) and :func:`probe_sidecar`.
 Wire (ZeroMQ multipart, task DEALER -> sidecar ROUTER):
 
 * ``[b"P", seq, table, index, offsets, bodies]``: publish a chunk of rows, in order.
-  ``table`` is msgpack ``[codec, [subject, ...]]``; ``index`` holds each row's subject
-  number (uint16, little-endian), ``offsets`` the row boundaries in ``bodies`` (uint32,
-  ``n + 1`` of them). The sidecar builds each aoz publish frame itself, from subjects it
-  validated once per chunk (:mod:`aoz.protocol.frames`), so bad input can never become
-  a bad frame and nothing is parsed per row. Reply ``[b"A", seq, n]`` once all ``n``
-  rows are in the node's ZeroMQ queues, or ``[b"N", seq, n, reason]`` when only the
-  first ``n`` got there within ``publish_timeout`` (the task then fails; Spark retries).
+  ``table`` is msgpack ``[codec, [subject, ...]]`` or ``[codec, [subject, ...], pack]``;
+  ``index`` holds each row's subject number (uint16, little-endian), ``offsets`` the row
+  boundaries in ``bodies`` (uint32, ``n + 1`` of them). The sidecar builds each aoz
+  publish frame itself, from subjects it validated once per chunk
+  (:mod:`aoz.protocol.frames`), so bad input can never become a bad frame and nothing
+  is parsed per row. With ``pack`` > 1, each run of consecutive rows on one subject
+  goes out as packed frames of up to ``pack`` rows (:mod:`aoz.protocol.packed`: one
+  ZeroMQ frame, which the receiving aoz node unpacks into one message per row; a run
+  of one row is a plain frame); the sink's tasks group a chunk's rows by subject, which
+  the sidecar finds with a bisection per subject, so no Python runs per row. Reply
+  ``[b"A", seq, n]`` once all ``n`` rows are in the node's ZeroMQ queues, or
+  ``[b"N", seq, n, reason]`` when only the first ``n`` got there within
+  ``publish_timeout`` (the task then fails; Spark retries).
 * ``[b"H", token]``: health probe; reply ``[b"H", token, msgpack SidecarStatistics]``.
 
 No silent loss: the sidecar's node must use ``send_policy="block"`` (``XPUB_NODROP``;
@@ -41,8 +47,9 @@ import struct
 import sys
 import time
 from array import array
+from bisect import bisect_right
 from collections.abc import Callable, Iterator
-from itertools import accumulate
+from itertools import accumulate, groupby, pairwise
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
@@ -56,6 +63,7 @@ from .._tasks import TaskOwner
 from ..errors import AozError, ConfigError, TransportError, WaitTimeout
 from ..protocol.codecs import AOZ_CODEC_IDS
 from ..protocol.frames import publish_header
+from ..protocol.packed import MAX_ROWS, pack_span
 from ..protocol.subjects import is_reserved, subject_bytes
 
 if TYPE_CHECKING:
@@ -80,10 +88,11 @@ ACK: Final = b"A"
 NACK: Final = b"N"
 HEALTH: Final = b"H"
 _U64: Final = struct.Struct("!Q")
+_U16: Final = struct.Struct("<H")
 
 
 class SidecarStatistics(msgspec.Struct, frozen=True, kw_only=True):
-    rows: int  #: frames published
+    rows: int  #: rows published
     chunks: int  #: chunks acknowledged in full
     refused: int  #: chunks not (fully) published within publish_timeout (nacked)
     waits: int  #: publishes of the node that waited for a full subscriber queue
@@ -92,21 +101,33 @@ class SidecarStatistics(msgspec.Struct, frozen=True, kw_only=True):
     endpoint: str = ""
 
 
-_TABLE: Final = msgspec.msgpack.Decoder(tuple[int, list[str]])
+class _Table(msgspec.Struct, array_like=True):
+    codec: int
+    subjects: list[str]
+    pack: int = 1  #: most rows per frame (1: a frame per row, the wire before packing)
+
+
+_TABLE: Final = msgspec.msgpack.Decoder(_Table)
 
 
 class ChunkError(ValueError):
     """A publish chunk that does not follow the sidecar wire (counted, nacked)."""
 
 
+def encode_table(codec: int, subjects: list[str], pack: int = 1) -> bytes:
+    """A chunk's subject table (its first part)."""
+    return msgspec.msgpack.encode((codec, subjects) if pack == 1 else (codec, subjects, pack))
+
+
 def encode_chunk(
-    codec: int, subjects: list[str], index: list[int], bodies: list[bytes]
+    codec: int, subjects: list[str], index: list[int], bodies: list[bytes], pack: int = 1
 ) -> list[bytes]:
-    """The four parts after ``[b"P", seq]`` for rows ``bodies`` on ``subjects[index[i]]``."""
+    """The four parts after ``[b"P", seq]`` for rows ``bodies`` on ``subjects[index[i]]``,
+    at most ``pack`` rows per frame."""
     offsets = array("I", [0])
     offsets.extend(accumulate(map(len, bodies)))
     return [
-        msgspec.msgpack.encode((codec, subjects)),
+        encode_table(codec, subjects, pack),
         array("H", index).tobytes(),
         offsets.tobytes(),
         b"".join(bodies),
@@ -119,17 +140,28 @@ def decode_chunk(parts: list[bytes], headers: dict[str, bytes]) -> list[bytes]:
     ``headers`` caches validated subject headers across chunks. Raises
     :class:`ChunkError` for anything malformed; no frame is built from invalid input.
     """
+    return chunk_frames(parts, headers)[0]
+
+
+def chunk_frames(
+    parts: list[bytes], headers: dict[str, bytes]
+) -> tuple[list[bytes], list[int] | None]:
+    """:func:`decode_chunk`, and how many rows the frames carry up to each one
+    (cumulative; ``None`` when each frame is one row)."""
     if len(parts) != 4:
         raise ChunkError("a publish chunk has 4 parts after the sequence number")
     table, index_raw, offsets_raw, blob = parts
     try:
-        codec, subjects = _TABLE.decode(table)
+        t = _TABLE.decode(table)
     except (msgspec.DecodeError, RecursionError) as exc:  # nesting is input too
         raise ChunkError(f"bad subject table: {exc}") from None
+    codec, subjects, pack = t.codec, t.subjects, t.pack
     # only aoz's own codec ids (0..3): a payload's first byte must stay OZ-safe
     # (aoz.protocol.sequence, "the OZ-safe first-byte rule")
     if not 0 <= codec < AOZ_CODEC_IDS or len(index_raw) % 2 or len(offsets_raw) % 4:
         raise ChunkError("bad codec, index or offsets")
+    if not 1 <= pack <= MAX_ROWS:
+        raise ChunkError(f"rows per frame must be 1..{MAX_ROWS}, not {pack}")
     heads = []
     tail = b"\0" + bytes([codec])
     for subject in subjects:
@@ -156,7 +188,44 @@ def decode_chunk(parts: list[bytes], headers: dict[str, bytes]) -> list[bytes]:
         raise ChunkError("offsets do not match the rows")
     if n and max(index) >= len(heads):
         raise ChunkError("a row names a subject the table does not have")
-    return [heads[i] + blob[a:b] for i, a, b in zip(index, offsets, offsets[1:], strict=False)]
+    if pack == 1 or n < 2:
+        pairs = pairwise(offsets)
+        return [heads[i] + blob[a:b] for i, (a, b) in zip(index, pairs, strict=False)], None
+    if offsets != array("I", sorted(offsets)):  # linear for what tasks send
+        raise ChunkError("offsets go backwards")
+    frames, ends = [], []
+    for k, lo, hi in _runs(index, index_raw, len(heads)):
+        head = heads[k][:-1]
+        for a in range(lo, hi, pack):
+            b = min(hi, a + pack)
+            if b - a == 1:  # a single row goes as a plain frame
+                frames.append(heads[k] + blob[offsets[a] : offsets[b]])
+            else:
+                frames.append(head + pack_span(codec, offsets_raw, blob, a, b))
+            ends.append(b)
+    return frames, ends
+
+
+def _runs(index: array[int], raw: bytes, subjects: int) -> list[tuple[int, int, int]]:
+    """``(subject, first, end)`` of each run of rows on one subject, in row order. A
+    chunk whose rows are grouped by subject in subject order (what the sink's tasks
+    send) costs a bisection per subject and one comparison of the index's bytes; any
+    other order a pass over the rows."""
+    runs = []
+    lo, n = 0, len(index)
+    for k in range(subjects):
+        hi = bisect_right(index, k, lo)
+        if hi > lo:
+            runs.append((k, lo, hi))
+            lo = hi
+    if lo == n and b"".join(_U16.pack(k) * (hi - lo) for k, lo, hi in runs) == raw:
+        return runs
+    runs, lo = [], 0
+    for k, group in groupby(index):
+        hi = lo + sum(1 for _ in group)
+        runs.append((k, lo, hi))
+        lo = hi
+    return runs
 
 
 def _check_lossless(node: Node) -> None:
@@ -244,12 +313,12 @@ class SinkSidecar:
             if kind == PUBLISH:
                 reason: str | None
                 try:
-                    frames = decode_chunk(parts[3:], self._headers)
+                    frames, ends = chunk_frames(parts[3:], self._headers)
                 except ChunkError as exc:
                     self._malformed += 1
                     sent, reason = 0, str(exc)
                 else:
-                    sent, reason = await self._publish(frames)
+                    sent, reason = await self._publish(frames, ends)
                 if reason is None:
                     self._chunks += 1
                     await sock.send_multipart([peer, ACK, seq, _U64.pack(sent)])
@@ -262,17 +331,21 @@ class SinkSidecar:
             else:
                 self._malformed += 1
 
-    async def _publish(self, frames: list[bytes]) -> tuple[int, str | None]:
+    async def _publish(
+        self, frames: list[bytes], ends: list[int] | None
+    ) -> tuple[int, str | None]:
+        """Send; return the rows the sent frames carry, and why not all were sent."""
         # The node's send path for prebuilt frames: one C call per frame, and on a full
         # subscriber queue it waits for room (never drops), at most publish_timeout.
         try:
             sent = await self.node.publish_frames(frames, timeout=self.publish_timeout)
         except AozError as exc:
             return 0, f"publish failed: {exc}"
-        self._rows += sent
+        rows = sent if ends is None or not sent else ends[sent - 1]
+        self._rows += rows
         if sent < len(frames):
-            return sent, f"subscribers did not keep up for {self.publish_timeout} s"
-        return sent, None
+            return rows, f"subscribers did not keep up for {self.publish_timeout} s"
+        return rows, None
 
     def statistics(self) -> SidecarStatistics:
         return SidecarStatistics(

@@ -71,6 +71,26 @@ async def test_sub_raw_prints_bodies_only(aoz_cli: Cli, aoz_node: aoz.Node) -> N
     assert out.splitlines() == ["one", '{"two":2}']
 
 
+async def test_sub_shows_the_rows_of_a_packed_frame_one_by_one(
+    aoz_cli: Cli, aoz_node: aoz.Node
+) -> None:
+    from aoz.protocol.frames import encode_publish
+    from aoz.protocol.packed import pack_rows
+
+    sub = await aoz_cli("sub", "PACK.x", "--json", "--count", "3")
+    await sub.wait_stderr("Listening on")
+    await aoz_node.wait_for_interest("PACK.x", timeout=STEP)
+    rows = [b'{"r":1}', b'{"r":2}', b'{"r":3}']
+    await aoz_node.publish_frames([encode_publish(b"PACK.x", pack_rows(2, rows))])
+
+    rc, out, err = await sub.finish()
+    assert rc == 0, err
+    shown = [json.loads(line) for line in out.splitlines()]
+    assert [(m["subject"], m["codec"], m["data"]) for m in shown] == [
+        ("PACK.x", "json", {"r": n}) for n in (1, 2, 3)
+    ]
+
+
 async def test_pub_reads_the_body_from_stdin(aoz_cli: Cli, aoz_node: aoz.Node) -> None:
     async with aoz_node.subscribe("STDIN.json") as received:
         pub = await aoz_cli("pub", "STDIN.json", "--codec", "json", stdin=b'{"bid": 1.5}\n')

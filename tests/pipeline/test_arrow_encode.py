@@ -13,6 +13,7 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark")
 
+from aoz.protocol.packed import is_packed, unpack_rows  # noqa: E402
 from aoz.spark.sidecar import decode_chunk  # noqa: E402
 from aoz.spark.sink import _Options, _RowEncoder  # noqa: E402
 
@@ -30,8 +31,21 @@ def encoders(batch: Any, **options: str) -> tuple[_RowEncoder, _RowEncoder]:
 
 
 def decoded(chunk: list[bytes]) -> list[tuple[bytes, Any]]:
-    frames = decode_chunk(chunk, {})
-    return [(f[: f.index(b"\0")], msgspec.msgpack.decode(f[f.index(b"\0") + 4 :])) for f in frames]
+    """(subject, row) of every row, packed frames unpacked, in row-index order (packing
+    groups a chunk's rows by subject; each subject's rows keep their order)."""
+    out = []
+    for f in decode_chunk(chunk, {}):
+        start = f.index(b"\0") + 3
+        subject = f[: start - 3]
+        if is_packed(f[start]):
+            bodies = [f[a:b] for _, a, b in unpack_rows(f, start)]
+        else:
+            bodies = [f[start + 1 :]]
+        out += [(subject, msgspec.msgpack.decode(b)) for b in bodies]
+    for subject in {s for s, _ in out}:
+        index = [row["_aoz"][4] for s, row in out if s == subject]
+        assert index == sorted(index)  # a subject's rows in order
+    return sorted(out, key=lambda x: x[1]["_aoz"][4])
 
 
 def test_vectorised_rows_decode_like_msgspec_rows() -> None:

@@ -196,3 +196,86 @@ def test_aoz_sidecar_command_ready_line_probe_and_sigterm(tmp_path):
         capture_output=True, text=True, env=env, timeout=60,
     )  # fmt: skip
     assert missing.returncode == 1 and "aoz sidecar --bind" in missing.stderr
+
+
+def _sink_rows(task: int, values: list[int]) -> list[bytes]:
+    import msgspec
+
+    return [msgspec.msgpack.encode({"v": v, "_aoz": ["q", 0, 0, task, i]})
+            for i, v in enumerate(values)]
+
+
+def _send_chunks(endpoint: str, chunks: list[tuple[list[bytes], int]]) -> int:
+    c = client(endpoint)
+    try:
+        for parts, rows in chunks:
+            c.send(parts, rows)
+        return int(c.finish())
+    finally:
+        c.close()
+
+
+async def test_packed_chunks_reach_a_deduplicator_row_by_row_exactly_once(aoz_node_factory):
+    """The sidecar packs each subject's rows into few frames; the subscribing node
+    unpacks them, and the Deduplicator accounts per row: the committed attempt's rows
+    once, an uncommitted attempt's packed rows discarded, a replayed packed chunk
+    dropped whole (every row a duplicate)."""
+    import msgspec
+
+    from aoz.spark.delivery import CommitNotice, Deduplicator
+
+    pub = await aoz_node_factory(bind=["tcp://127.0.0.1:*"], send_policy="block")
+    sub_node = await aoz_node_factory(bind=["tcp://127.0.0.1:*"], connect=[pub.endpoint])
+    n = 60
+    values = list(range(n))
+    index = sorted(v % 3 for v in values)  # grouped by subject, as the sink's tasks send
+    ordered = [v for k in range(3) for v in values if v % 3 == k]
+    committed = encode_chunk(1, ["S.a", "S.b", "S.c"], index, _sink_rows(7, ordered), 8)
+    failed = encode_chunk(1, ["S.a", "S.b", "S.c"], index, _sink_rows(8, ordered), 8)
+    notice = CommitNotice(query_id="q", batch_id=0, rows=n, tasks=1, parts=[(0, 7, n)],
+                          status="commit")
+    dedup: Deduplicator[object] = Deduplicator()
+    async with SinkSidecar(pub) as sidecar, sub_node.subscribe("S.>") as sub:
+        await pub.wait_for_interest("S.a", timeout=10)
+        acked = await anyio.to_thread.run_sync(
+            _send_chunks, sidecar.endpoint,
+            [(failed, n), (committed, n),
+             (encode_chunk(1, ["S._COMMIT"], [0], [msgspec.msgpack.encode(notice)]), 1),
+             (committed, n)],  # the replay, after the batch was released
+        )
+        stats = sidecar.statistics()
+        delivered: list[object] = []
+        with anyio.fail_after(10):
+            while dedup.statistics().received < 3 * n:
+                delivered += dedup.feed(await sub.next(timeout=5))
+        sub_stats = sub.statistics()
+    assert acked == 3 * n + 1 and stats.rows == 3 * n + 1
+    assert sub_stats.received == 3 * n + 1  # rows: 3 x 60 in packed frames, and the notice
+    assert sorted(m.decode()["v"] for m in delivered) == values  # type: ignore[attr-defined]
+    d = dedup.statistics()
+    assert (d.delivered, d.discarded, d.duplicates, d.pending) == (n, n, n, 0)
+
+
+def test_the_sidecar_packs_runs_of_one_subject_in_row_order() -> None:
+    from aoz.protocol.frames import decode_frame
+    from aoz.protocol.packed import unpack_rows
+    from aoz.spark.sidecar import chunk_frames
+
+    bodies = [bytes([i]) for i in range(10)]
+    for index, expect in (([0] * 5 + [1] * 5, [3, 2, 3, 2]),  # grouped: by bisection
+                          ([0, 0, 1, 1, 1, 0, 1, 0, 0, 0], [2, 3, 1, 1, 3])):  # any order
+        frames, ends = chunk_frames(encode_chunk(2, ["A", "B"], index, bodies, 3), {})
+        assert ends is not None and ends[-1] == 10
+        rows, subjects = [], []
+        for f in frames:
+            fr = decode_frame(f)
+            if f[fr.payload_start] == 0x12:
+                spans = [f[a:b] for _, a, b in unpack_rows(f, fr.payload_start)]
+            else:
+                assert f[fr.payload_start] == 2  # a run of one row: a plain frame
+                spans = [f[fr.payload_start + 1 :]]
+            rows += spans
+            subjects += [fr.subject] * len(spans)
+        assert rows == bodies
+        assert subjects == [b"AB"[i : i + 1] for i in index]
+        assert [b - a for a, b in zip([0, *ends], ends, strict=False)] == expect

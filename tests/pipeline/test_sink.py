@@ -139,6 +139,35 @@ async def test_batch_write_with_json_codec(spark, tmp_path, aoz_node_factory):
     assert {envelope_of(v).query_id for v in values} == {notice.query_id}
 
 
+async def test_publish_dataframe_delivers_each_row_once_in_packed_frames(
+    spark, aoz_node_factory
+):
+    """`publish_dataframe` (a mapInArrow job, no Data Source API): the notice it returns
+    names the attempts whose rows the consumer gets, each once, as one message per row
+    although the sidecar packed each subject's rows into a few frames."""
+    from aoz.spark import publish_dataframe
+
+    publisher = await aoz_node_factory(send_policy="block")
+    consumer = await aoz_node_factory()
+    df = spark.createDataFrame([(f"S{i % 3}", i) for i in range(300)], "name STRING, n BIGINT")
+
+    async with SinkSidecar(publisher) as sidecar, consumer.subscribe("PD.>") as sub:
+        await publisher.wait_for_interest("PD.S0", timeout=10)
+        notice = await anyio.to_thread.run_sync(
+            lambda: publish_dataframe(df.repartition(2), sidecar=sidecar.endpoint,
+                                      subject_column="name", subject_prefix="PD.",
+                                      rows_per_frame=40)
+        )
+        dedup: Deduplicator[Any] = Deduplicator()
+        _, rows = await collect_until_released(sub, dedup, 1)
+        sidecar_rows = sidecar.statistics().rows
+    values = [m.decode() for m in rows]
+    assert sorted(v["n"] for v in values) == list(range(300))
+    assert all(m.subject == f"PD.{v['name']}" for m, v in zip(rows, values, strict=True))
+    assert dedup.last_commit == notice and notice.rows == 300 and len(notice.parts) == 2
+    assert sidecar_rows == 301 and publisher.statistics().messages_out < 301  # packed
+
+
 def test_a_missing_sidecar_fails_the_write_with_a_hint(spark) -> None:
     """No sidecar listening: the driver's probe fails the write before any task runs."""
     activate(spark)

@@ -25,6 +25,7 @@ from aoz.protocol import heartbeat as hb
 from aoz.protocol.builder import FrameBuilder
 from aoz.protocol.codecs import Codec, Verbatim, encode_payload
 from aoz.protocol.frames import Kind, decode_frame, make_handle
+from aoz.protocol.packed import pack_rows
 from aoz.spark.sidecar import ChunkError, decode_chunk, encode_chunk
 
 #: payload ids of OpenMAMA 6.3.1's mama/msg.h (mamaPayloadType)
@@ -117,15 +118,25 @@ def test_every_publish_request_and_reply_starts_with_a_refused_byte(
 @settings(max_examples=200, deadline=None)
 @given(rows=st.lists(st.dictionaries(st.text(max_size=4), st.integers(-(2**63), 2**63 - 1),
                                      max_size=3),
-                     min_size=1, max_size=5),
-       codec=st.sampled_from([Codec.MSGPACK, Codec.JSON]))
+                     min_size=1, max_size=12),
+       codec=st.sampled_from([Codec.MSGPACK, Codec.JSON]),
+       pack=st.sampled_from([1, 2, 3, 1000]), grouped=st.booleans())
 def test_the_sinks_frames_start_with_a_refused_byte(rows: list[dict[str, int]],
-                                                    codec: Codec) -> None:
+                                                    codec: Codec, pack: int,
+                                                    grouped: bool) -> None:
+    # pack > 1: the sidecar's packed frames (0x10|codec), plain or grouped by subject
     enc = msgspec.msgpack.encode if codec is Codec.MSGPACK else msgspec.json.encode
-    parts = encode_chunk(int(codec), ["OUT.A", "OUT.B"], [i % 2 for i in range(len(rows))],
-                         [enc(r) for r in rows])
+    index = sorted(i % 2 for i in range(len(rows))) if grouped else [i % 2 for i in
+                                                                     range(len(rows))]
+    parts = encode_chunk(int(codec), ["OUT.A", "OUT.B"], index, [enc(r) for r in rows], pack)
     for frame in decode_chunk(parts, {}):
         assert openmama_dispatch(_first(_payload(frame))) == "refused"
+
+
+@pytest.mark.parametrize("codec", [Codec.RAW, Codec.MSGPACK, Codec.JSON, Codec.TEXT])
+def test_packed_payloads_start_with_a_refused_byte(codec: Codec) -> None:
+    first = pack_rows(int(codec), [b"a", b"b"])[0]
+    assert 0x10 <= first <= 0x13 and openmama_dispatch(first) == "refused"
 
 
 @pytest.mark.parametrize("codec", [0x04, 0x4F, 0x80, 0xFF])
