@@ -171,7 +171,7 @@ class Permissions:
     def may_publish(self, key: str, subject: str) -> bool:
         """Whether ``key`` may publish on ``subject``."""
         pats = self._pub.get(key)
-        if pats is None or subject.startswith("_INBOX."):
+        if pats is None or subject.startswith(_CONTROL):
             return True
         return any(p.matches(subject) for p in pats)
 
@@ -180,10 +180,18 @@ class Permissions:
         publisher: a subject or a prefix of subjects). A filter is allowed when a
         pattern of the key's list covers every subject it can match."""
         pats = self._sub.get(key)
-        if pats is None or prefix.startswith(b"_INBOX."):
+        if pats is None or prefix.startswith(_CONTROL_BYTES):
             return True
         text = prefix.decode("utf-8", "replace")
         return any(_covers(p, text) for p in pats)
+
+
+#: aoz's own traffic, never limited by permissions: replies (``_INBOX.``) and control
+#: subjects (``_AOZ.``: publisher heartbeats, cache queries), which every node sends and
+#: subscribes to whatever it may publish; no application subscribes to them, and the
+#: identity checks (aoz.security.VerifyingSub) judge who sent them
+_CONTROL: Final = ("_INBOX.", "_AOZ.")
+_CONTROL_BYTES: Final = tuple(p.encode() for p in _CONTROL)
 
 
 def _covers(pattern: Pattern, prefix: str) -> bool:

@@ -60,6 +60,7 @@ from ._errmap import drain_error, mapped, tolerated
 from .errors import ConfigError, DecodeError
 from .identity import IdentityTable, Permissions, SubscribeGate
 from .message import data_start
+from .protocol import heartbeat
 from .protocol.frames import Kind, decode_frame, parse_handle, publish_subject_end
 from .protocol.sequence import FLAG, HEADER_LEN, PACK
 
@@ -367,9 +368,10 @@ class VerifyingSub:
     event was read); ``key_at`` names the key of the peer at an endpoint. A frame is
     refused (counted ``identity_refused_frames`` or ``permission_refused``, logged
     once per peer) when it is sequenced with a publisher id its connection's key does
-    not own, a request whose reply handle names a uuid that key does not own, or a
-    publish or request on a subject that key may not publish; a frame whose connection
-    cannot be traced is refused (``identity_untraced``).
+    not own, a publisher heartbeat naming such a publisher id, a request whose reply
+    handle names a uuid that key does not own, or a publish or request on a subject
+    that key may not publish; a frame whose connection cannot be traced is refused
+    (``identity_untraced``).
 
     Limitation: ``ZMQ_SRCFD`` is the descriptor the frame was read from; a frame
     still queued when its connection closed and its descriptor was reused by another
@@ -418,6 +420,17 @@ class VerifyingSub:
         if nul <= 0:
             return self._judge_other(data, frame)
         start = nul + 3
+        if data.startswith(heartbeat.SUBJECT_HEADER):
+            # a publisher heartbeat names its publisher in its payload: a forged one
+            # would have subscribers count made-up lost tails (or hide real ones)
+            claimed = heartbeat.publisher_of(data[start:])
+            if claimed is None:
+                return None  # malformed: the receive path counts it
+            key = self._key(frame)
+            if key is None:
+                return "identity_untraced"
+            return None if self.identities.owns_publisher(key, claimed) else (
+                "identity_refused_frames")
         sequenced = data_start(data, start) - start >= HEADER_LEN and data[start] & FLAG
         if not sequenced and self.permissions is None:
             return None

@@ -44,8 +44,8 @@ from ..errors import DecodeError
 from .frames import publish_header
 from .subjects import MAX_SUBJECT
 
-__all__ = ["FIRST_BYTE", "FILTER", "MAX_FRAME", "SUBJECT", "SUBJECT_HEADER",
-           "HeartbeatSchedule", "decode", "encode"]
+__all__ = ["FILTER", "FIRST_BYTE", "MAX_FRAME", "SUBJECT", "SUBJECT_HEADER",
+           "HeartbeatSchedule", "decode", "encode", "publisher_of"]
 
 #: the reserved subject heartbeats travel on
 SUBJECT: Final = b"_AOZ.HB"
@@ -89,6 +89,15 @@ def encode(publisher: int, items: Iterable[tuple[bytes, int]],
 def _frame(publisher: int, parts: list[bytes]) -> bytes:
     head = _HEAD.pack(FIRST_BYTE, VERSION, publisher, len(parts))
     return b"".join((SUBJECT_HEADER, head, *parts))
+
+
+def publisher_of(payload: bytes) -> int | None:
+    """The publisher id a heartbeat payload claims, or None when its head is not a
+    heartbeat's (what :func:`decode` would then refuse anyway)."""
+    if len(payload) < _HEAD.size:
+        return None
+    first, version, publisher, _count = _HEAD.unpack_from(payload)
+    return publisher if first == FIRST_BYTE and version == VERSION else None
 
 
 def decode(payload: bytes) -> tuple[int, list[tuple[bytes, int]]]:

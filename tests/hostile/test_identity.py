@@ -25,6 +25,7 @@ from aoz.identity import (
     identity_publisher,
     identity_uuid,
 )
+from aoz.protocol import heartbeat
 from aoz.protocol.frames import encode_publish, encode_request, is_uuid, make_handle
 from aoz.protocol.naming import NamingFrame, NamingType, encode_beacon
 from aoz.protocol.sequence import encode_header
@@ -53,6 +54,9 @@ def test_the_key_identity_decision() -> None:
     perms = Permissions({x: {"publish": ["MD.>"], "subscribe": ["MD.IBM"]}})
     assert perms.may_publish(x, "MD.NYSE.IBM") and not perms.may_publish(x, "ORDERS.1")
     assert perms.may_publish(x, "_INBOX.whatever") and perms.may_publish(a, "ORDERS.1")
+    # aoz's own control subjects (heartbeats, cache queries) are never limited
+    assert perms.may_publish(x, "_AOZ.HB") and perms.may_publish(x, "_AOZ.CACHE")
+    assert perms.may_subscribe(x, b"_AOZ.HB\0") and perms.may_subscribe(x, b"_AOZ.CACHE\0")
     assert perms.may_subscribe(x, b"MD.IBM\0") and not perms.may_subscribe(x, b"MD.")
     assert not perms.may_subscribe(x, b"") and perms.may_subscribe(a, b"")
     with pytest.raises(ConfigError):
@@ -207,6 +211,28 @@ async def test_a_listed_key_cannot_publish_as_another_node() -> None:
         assert sub.statistics().pending == 0
         assert b.statistics().discovery["identity_refused_frames"] == 1
         await a.publish("PX.a", b"still a")  # a's own stream goes on, no loss
+        got = await sub.next(timeout=5)
+        assert (got.data, got.gap) == (b"still a", 0)
+
+
+async def test_a_listed_key_cannot_send_heartbeats_as_another_node() -> None:
+    """Insider x sends a publisher heartbeat naming a's publisher id and a number far
+    ahead: b refuses it (else b would count a made-up lost tail of a's stream)."""
+    async with _mesh(3, extra_keys=0) as (_nsd, (a, b, x), _keys, _), b.subscribe("HX.>") as sub:
+        for node in (a, x):
+            await node.wait_for_interest("HX.a")
+        await a.publish("HX.a", b"real")
+        first = await sub.next(timeout=5)
+        assert first.publisher is not None
+        (forged_beat,) = heartbeat.encode(first.publisher, [(b"HX.a", 1000)])
+        assert await x.publish_frames([forged_beat]) == 1
+        await x.publish("HX.x", b"fence")  # x's own: same connection, after it
+        got = await sub.next(timeout=5)
+        assert (got.subject, got.data) == ("HX.x", b"fence")
+        stats = b.statistics()
+        assert stats.discovery["identity_refused_frames"] == 1
+        assert stats.lost_tails == 0 and sub.statistics().lost == 0
+        await a.publish("HX.a", b"still a")  # a's own stream goes on, no loss
         got = await sub.next(timeout=5)
         assert (got.data, got.gap) == (b"still a", 0)
 
