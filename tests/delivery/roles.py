@@ -10,11 +10,13 @@ import json
 import os
 import sys
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 
 import aoz
+from aoz import PeerEvent
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -26,9 +28,9 @@ async def stdin_closed() -> None:
     await anyio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)
 
 
-async def peer_events(node: aoz.Node) -> None:
-    """Report the node's peer events (link events included) with their times."""
-    async for ev in node.peer_events(links=True):
+async def peer_events(events: AsyncIterator[PeerEvent]) -> None:
+    """Report a node's peer events (link events included) with their times."""
+    async for ev in events:
         emit("peer", kind=ev.kind, uuid=ev.peer.uuid, t=time.monotonic())
 
 
@@ -38,11 +40,13 @@ async def sub(p: dict[str, Any]) -> None:
     connects to ``endpoint``; ``recover`` subscribes with ``recover=True``."""
     where = {"naming": [p["nsd"]]} if "nsd" in p else {"connect": [p["endpoint"]]}
     async with aoz.connect(**where, **p.get("settings", {})) as node:
+        # opened first: the events of peers found from now on (the first link_up too)
+        events = node.peer_events(links=True) if "nsd" in p else None
         sub = node.subscribe(p["subject"], recover=p.get("recover", False))
         received, first, last, gaps, in_order = 0, None, None, 0, True
         async with anyio.create_task_group() as tg:
-            if "nsd" in p:
-                tg.start_soon(peer_events, node)
+            if events is not None:
+                tg.start_soon(peer_events, events)
             emit("ready", uuid=node.uuid, endpoint=node.endpoint)
             async for msg in sub:
                 received += 1
