@@ -39,7 +39,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import aclosing
 from typing import TYPE_CHECKING
 
 import anyio
@@ -53,6 +54,7 @@ from .protocol.cachequery import (
     RANGE,
     SUBJECT,
     CacheQuery,
+    CacheReply,
     decode_reply,
     encode_query,
     in_range,
@@ -305,28 +307,43 @@ class Recovery:
                 self.counters["replayed"] += len(found)
                 sub.deliver_history(found)
 
-    async def _query_history(self, sub: MemorySubscription, n: int) -> list[Message]:
-        deadline = time.monotonic() + self.history_timeout
-        with anyio.move_on_after(self.history_timeout / 2):
-            await self._ready()  # the peers' subscriptions (ours to their caches) are in
+    async def _answers(self, query: bytes, timeout: float, what: str
+                       ) -> AsyncGenerator[CacheReply, None]:
+        """Send ``query`` on ``_AOZ.CACHE`` and yield each well-formed answer until
+        ``timeout`` (malformed ones are counted). Up to half of ``timeout`` first waits
+        for our subscriptions to be in at the peers' publishers: after a start or a cut,
+        a query sent before the peer's SUB is back would be dropped by ZeroMQ."""
+        deadline = time.monotonic() + timeout
+        with anyio.move_on_after(timeout / 2):
+            await self._ready()
         remaining = max(deadline - time.monotonic(), 0.05)
-        pattern = sub.pattern
-        query = encode_query(CacheQuery(kind=HISTORY, pattern=pattern.text,
-                                        regex=pattern.kind == "regex", n=n))
-        expected = self._expected()
         stream, handle = self._requests.open_stream(SUBJECT, remaining, None)
-        self.counters["history_queries"] += 1
-        answered = 0
-        per_subject: dict[str, dict[int, list[Message]]] = {}
-        now = time.time()
         try:
             self._send(handle, query)
             async for reply in stream:
                 try:
-                    r = decode_reply(reply.payload)
+                    answer = decode_reply(reply.payload)
                 except AozError:
                     self.counters["malformed_replies"] += 1
                     continue
+                yield answer
+        except AozError as exc:  # the node is closing, or the query could not leave
+            log.debug("%s ended: %s", what, exc)
+        finally:
+            stream.close()
+
+    async def _query_history(self, sub: MemorySubscription, n: int) -> list[Message]:
+        pattern = sub.pattern
+        query = encode_query(CacheQuery(kind=HISTORY, pattern=pattern.text,
+                                        regex=pattern.kind == "regex", n=n))
+        expected = self._expected()
+        self.counters["history_queries"] += 1
+        answered = 0
+        per_subject: dict[str, dict[int, list[Message]]] = {}
+        now = time.time()
+        answers = self._answers(query, self.history_timeout, f"history query for {pattern.text!r}")
+        async with aclosing(answers):
+            async for r in answers:
                 for frame in r.entries:
                     msg = self._message(frame, r.publisher, now)
                     if msg is None or not pattern.matches(msg.subject):
@@ -338,10 +355,6 @@ class Recovery:
                     answered += 1
                     if expected is not None and answered >= expected:
                         break
-        except AozError as exc:  # the node is closing, or the query could not leave
-            log.debug("history query for %r ended: %s", pattern.text, exc)
-        finally:
-            stream.close()
         if expected is not None and answered < expected:
             self.counters["history_unanswered"] += expected - answered
         return [m for pubs in per_subject.values() for msgs in pubs.values() for m in msgs]
@@ -390,25 +403,13 @@ class Recovery:
                            ) -> list[Message]:
         query = encode_query(CacheQuery(kind=RANGE, pattern=subject, publisher=publisher,
                                         first=first, count=count))
-        deadline = time.monotonic() + self.recover_timeout  # (half of it at most waiting:
-        # a peer that stays away must not leave the query no time)
-        with anyio.move_on_after(self.recover_timeout / 2):
-            # after a cut, the publisher's SUB may not be back at our publisher yet (the
-            # data link can heal first): a query sent now would be dropped by ZeroMQ
-            await self._ready()
-        remaining = max(deadline - time.monotonic(), 0.05)
-        stream, handle = self._requests.open_stream(SUBJECT, remaining, None)
         got: dict[int, Message] = {}
         complete = False
         now = time.time()
-        try:
-            self._send(handle, query)
-            async for reply in stream:
-                try:
-                    r = decode_reply(reply.payload)
-                except AozError:
-                    self.counters["malformed_replies"] += 1
-                    continue
+        answers = self._answers(query, self.recover_timeout,
+                                f"recovery of {subject} {first}..+{count}")
+        async with aclosing(answers):
+            async for r in answers:
                 if r.publisher != publisher:
                     self.counters["malformed_replies"] += 1
                     continue
@@ -423,10 +424,6 @@ class Recovery:
                 if r.last:
                     complete = True
                     break
-        except AozError as exc:
-            log.debug("recovery of %s %d..+%d ended: %s", subject, first, count, exc)
-        finally:
-            stream.close()
         if not complete:
             self.counters["recover_timeouts"] += 1
         return [got[k] for k in sorted(got)]
