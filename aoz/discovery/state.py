@@ -574,6 +574,11 @@ class NamingState:
         peer = self._peer(frame, now)
         self._peers[frame.uuid] = _Entry(peer=peer, seen=now, joined=now)
         self._by_endpoint[frame.endpoint] = frame.uuid
+        prober = self._probing.pop(frame.endpoint, None)
+        if prober is not None and (x := self._expired.get(prober)) is not None:
+            # a probe (or a rejoin behind a cut) had that endpoint's connection: it is
+            # the listed peer's now, and ends with that peer
+            x.probe_since = x.rejoin_until = None
         self._counters.add("peers_joined")
         out: list[Action] = [PeerJoined(peer)]
         if frame.uuid != self.uuid:
@@ -680,12 +685,9 @@ class NamingState:
                 out.extend(self._expire_on_link(uuid, entry, now))
         if only is None:
             for x in list(self._expired.values()):  # probes whose link never came up
-                if x.probe_since is None:
+                if x.probe_since is None:  # (a peer listed on its endpoint ended it)
                     continue
-                if x.endpoint in self._by_endpoint:  # a new peer holds it: its link now
-                    x.probe_since = x.rejoin_until = None
-                    self._probing.pop(x.endpoint, None)
-                elif x.rejoin_until is not None:
+                if x.rejoin_until is not None:
                     if now >= x.rejoin_until:
                         out.extend(self._probed(x.endpoint, False, now))
                 elif now - x.probe_since > window:
