@@ -48,6 +48,8 @@ async def sub(p: dict[str, Any]) -> None:
             if events is not None:
                 tg.start_soon(peer_events, events)
             emit("ready", uuid=node.uuid, endpoint=node.endpoint)
+            if events is not None:  # who was known already (events before are not seen)
+                emit("peers", uuids=[peer.uuid for peer in node.peers])
             async for msg in sub:
                 received += 1
                 if first is None:

@@ -138,7 +138,11 @@ async def test_a_long_cut_expires_the_peer_and_the_heal_brings_it_back_promptly(
             def about(kind: str) -> Callable[[dict[str, Any]], bool]:
                 return lambda e: e.get("kind") == kind and e.get("uuid") == publisher
 
-            await sub.until(about("link_up"), "the link up")
+            def known(e: dict[str, Any]) -> bool:  # its link may be up before we listen
+                return about("link_up")(e) or (e["event"] == "peers"
+                                               and publisher in e["uuids"])
+
+            await sub.until(known, "the publisher known")
             await anyio.sleep(1.0)  # steady flow before the cut
             ports = f"{{ {port}, {sub_port} }}"
             _nft(netns, f"""
