@@ -456,19 +456,28 @@ class Node:
         self._deferred += 1
         self._owner.start_soon(self._deferred_reply, hb, frame, name="aoz-deferred-reply")
 
+    async def _route_to(self, handle: bytes) -> bool:
+        """Wait at most ``_REPLY_ROUTE_WAIT`` for the requester's inbox filter (what a
+        reply to ``handle`` needs to be routed); False when it did not come (counted
+        ``replies_unroutable``)."""
+        with anyio.move_on_after(_REPLY_ROUTE_WAIT):
+            while not self._interest.routable(handle):
+                self._plane.interest_changed.clear()
+                self._plane.read_interest()
+                if self._interest.routable(handle):
+                    break
+                await self._plane.interest_changed.wait()
+            return True
+        self._plane.count("replies_unroutable")
+        return False
+
     async def _deferred_reply(self, handle: bytes, frame: bytes) -> None:
         try:
-            with anyio.move_on_after(_REPLY_ROUTE_WAIT):
-                while not self._interest.routable(handle):
-                    self._plane.interest_changed.clear()
-                    await self._plane.interest_changed.wait()
-                if self._open:
-                    try:
-                        self._send.send(frame)
-                    except AozError as exc:  # closing under us; nowhere to go
-                        log.debug("deferred reply not sent: %s", exc)
-                return
-            self._plane.count("replies_unroutable")
+            if await self._route_to(handle) and self._open:
+                try:
+                    self._send.send(frame)
+                except AozError as exc:  # closing under us; nowhere to go
+                    log.debug("deferred reply not sent: %s", exc)
         finally:
             self._deferred -= 1
 
@@ -489,17 +498,8 @@ class Node:
 
     async def _send_answer(self, handle: bytes, frames: list[bytes]) -> None:
         try:
-            with anyio.move_on_after(_REPLY_ROUTE_WAIT):
-                while not self._interest.routable(handle):
-                    self._plane.interest_changed.clear()
-                    self._plane.read_interest()
-                    if self._interest.routable(handle):
-                        break
-                    await self._plane.interest_changed.wait()
-                if self._open:
-                    await self._send.send_all(frames, timeout=_REPLY_ROUTE_WAIT)
-                return
-            self._plane.count("replies_unroutable")
+            if await self._route_to(handle) and self._open:
+                await self._send.send_all(frames, timeout=_REPLY_ROUTE_WAIT)
         except AozError as exc:  # closing under us
             log.debug("cache answer not sent: %s", exc)
         finally:
