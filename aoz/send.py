@@ -41,6 +41,14 @@ __all__ = ["CachingSendPath", "SendPath"]
 _ROOM_BACKSTOP = 0.05  # seconds: a missed fd edge delays a blocked send at most this
 
 
+def _no_room_to_wait() -> ConfigError:
+    """``publish(block=True)`` on a node that never waits for room."""
+    return ConfigError(
+        "publish(block=True) needs a node with send_policy='block' "
+        "(aoz.connect(send_policy='block'))"
+    )
+
+
 class SendPath:
     """Publishing, one path for every call (see the module docstring)."""
 
@@ -105,10 +113,7 @@ class SendPath:
         """
         if not self.blocking:
             if block:
-                raise ConfigError(
-                    "publish(block=True) needs a node with send_policy='block' "
-                    "(aoz.connect(send_policy='block'))"
-                )
+                raise _no_room_to_wait()
             if headers:
                 self.sender.send(self.builder.publish_with(subject, data, codec, headers))
                 due = self.sender.due()
@@ -227,10 +232,7 @@ class CachingSendPath(SendPath):
                 ) -> Awaitable[None] | None:
         if not self.blocking:
             if block:
-                raise ConfigError(
-                    "publish(block=True) needs a node with send_policy='block' "
-                    "(aoz.connect(send_policy='block'))"
-                )
+                raise _no_room_to_wait()
             if not headers:
                 return asyncio.sleep(0) if self._cached(subject, data, codec) else None
             frame = self.builder.publish_with(subject, data, codec, headers)
