@@ -23,36 +23,11 @@ class Role:
 
     async def event(self, name: str, timeout: float = 30.0) -> dict[str, Any]:
         """The next event called ``name`` (earlier ones are skipped); bounded in time."""
-        assert self.popen.stdout is not None
-        with anyio.fail_after(timeout):
-            for _ in range(100_000):
-                line = await anyio.to_thread.run_sync(
-                    self.popen.stdout.readline, abandon_on_cancel=True
-                )
-                if not line:
-                    err = self.popen.stderr.read() if self.popen.stderr else ""
-                    raise AssertionError(f"role exited before {name!r}: {err[-2000:]}")
-                ev: dict[str, Any] = json.loads(line)
-                if ev["event"] == name:
-                    return ev
-        raise AssertionError(f"no {name!r} event")
+        return (await self.events_until(name, timeout))[-1]
 
     async def events_until(self, name: str, timeout: float = 30.0) -> list[dict[str, Any]]:
         """Every event up to and including the first called ``name``."""
-        assert self.popen.stdout is not None
-        out: list[dict[str, Any]] = []
-        with anyio.fail_after(timeout):
-            for _ in range(1_000_000):
-                line = await anyio.to_thread.run_sync(
-                    self.popen.stdout.readline, abandon_on_cancel=True
-                )
-                if not line:
-                    err = self.popen.stderr.read() if self.popen.stderr else ""
-                    raise AssertionError(f"role exited before {name!r}: {err[-2000:]}")
-                out.append(json.loads(line))
-                if out[-1]["event"] == name:
-                    return out
-        raise AssertionError(f"no {name!r} event")
+        return await self.until(lambda e: e["event"] == name, repr(name), timeout)
 
     async def until(
         self, done: Callable[[dict[str, Any]], bool], what: str, timeout: float = 30.0
