@@ -16,19 +16,25 @@ The contract, which neither twin steps outside of:
 - a subscription is read for ``blocking`` and fed with ``push``/``push_many``;
 - a :class:`Sender` reads its :class:`FrameSource` (:class:`aoz.protocol.builder.
   FrameBuilder`): ``entries`` (a subject's cached prefix and sequence number),
-  ``publisher``, ``publish`` and ``publish_many``; it sends on ``pub``;
+  ``publisher``, ``publish`` and ``publish_many``; it sends on ``pub``; with a
+  :class:`CacheStore` in ``store`` (the publisher cache's, :mod:`aoz.cache`) it keeps
+  every frame it numbers for good there, in the same call;
+- a :class:`CacheStore` is the publisher cache's frames and bounds: both twins have
+  one, with the same eviction and the same counters;
 - the rules both apply come from one place: where a payload's data starts is
   :func:`aoz.message.data_start` (the compiled twin has it in C, checked by the twin
   test), frames are built by the FrameBuilder (the compiled twin builds the one common
   case, a ``bytes`` payload on a known subject, from the builder's cached prefix), the
   numbers in :data:`CONSTANTS` are checked against the compiled module's at import.
 
-This module touches no socket option and owns no state beyond the Sender's counters.
+This module touches no socket option and owns no state beyond the Sender's counters and
+the cache store's frames.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Protocol
 
@@ -47,12 +53,12 @@ from .routing import RoutingTable
 from .subscription import Subscription
 
 __all__ = [
-    "ABI", "BATCH", "CONSTANTS", "COPY_THRESHOLD", "YIELD_EVERY", "Entry", "FrameSource",
-    "ReceiveSide", "Sender", "drain_sub",
+    "ABI", "BATCH", "CONSTANTS", "COPY_THRESHOLD", "YIELD_EVERY", "CacheStore", "Entry",
+    "FrameSource", "ReceiveSide", "Sender", "drain_sub",
 ]
 
 #: bump with any change to the twins' contract (the compiled module's ABI must match)
-ABI: Final = 9
+ABI: Final = 10
 BATCH: Final = 1024  # frames drained per wake-up before other callbacks run
 COPY_THRESHOLD: Final = 65536  # larger frames are sent zero-copy
 YIELD_EVERY: Final = 256  # publishes between forced yields of `await node.publish`
@@ -189,31 +195,103 @@ def _hand_over(pending: dict[Subscription, list[Message]]) -> None:
     pending.clear()
 
 
+class CacheStore:
+    """The publisher cache's frames: the last ``depth`` frames of every subject (the
+    oldest leaves first), at most ``max_bytes`` bytes in all (past it, the oldest frame
+    of the subject first inserted goes and that subject moves to the end: round robin).
+    ``nbytes`` is what it holds; ``evicted`` counts the frames that left at either bound.
+    :class:`aoz.cache.PublishCache` owns one and answers queries from ``deques``; a
+    :class:`Sender` whose ``store`` it is calls :meth:`add` for every frame it numbers.
+    """
+
+    __slots__ = ("depth", "deques", "evicted", "max_bytes", "nbytes")
+
+    def __init__(self, depth: int, max_bytes: int) -> None:
+        self.depth = depth
+        self.max_bytes = max_bytes
+        #: subject -> its last frames, oldest first (a deque of maxlen ``depth``)
+        self.deques: dict[str, deque[bytes]] = {}
+        self.nbytes = 0
+        self.evicted = 0
+
+    def add(self, subject: str, frame: bytes) -> None:
+        """Keep ``frame``, just numbered on ``subject``."""
+        d = self.deques.get(subject)
+        if d is None:
+            d = self.deques[subject] = deque(maxlen=self.depth)
+        elif len(d) == self.depth:
+            self.nbytes -= len(d[0])  # the append below pushes it out
+            self.evicted += 1
+        d.append(frame)
+        self.nbytes += len(frame)
+        if self.nbytes > self.max_bytes:
+            self.shrink()
+
+    def shrink(self) -> None:
+        """Over the byte bound: the oldest frame of the first subject goes, and that
+        subject moves to the end (round robin), until the store fits."""
+        subjects = self.deques
+        while self.nbytes > self.max_bytes and subjects:
+            subject = next(iter(subjects))
+            d = subjects.pop(subject)
+            self.nbytes -= len(d.popleft())
+            self.evicted += 1
+            if d:
+                subjects[subject] = d
+
+
 class Sender:
     """The send side of the hot path: one node's publish frames and their counters.
 
     ``publish`` builds a publish frame with the node's frame builder and sends it;
     ``build`` only builds it; ``send`` sends a ready frame. With ``send_policy="drop"``
     ZeroMQ never refuses (a full subscriber queue drops for that subscriber); with
-    ``"block"`` a full queue raises :class:`WouldBlock`. ``due`` counts one publish
-    toward the yield cadence (every ``YIELD_EVERY``), for callers that send otherwise.
+    ``"block"`` a full queue raises :class:`WouldBlock` and leaves the frame, numbered
+    but not sent, in ``unsent``. ``due`` counts one publish toward the yield cadence
+    (every ``YIELD_EVERY``), for callers that send otherwise.
+
+    With a :class:`CacheStore` in ``store`` (a node with a publisher cache), every
+    frame numbered for good is kept there in the same call: by ``publish`` and ``put``
+    once it is sent, by ``frames`` as it is built (``keep`` is for a frame ZeroMQ
+    refused that the caller will still send or drop). ``build`` keeps nothing.
     """
 
-    __slots__ = ("_builder", "_since_yield", "bytes_out", "messages_out", "pub")
+    __slots__ = ("_builder", "_since_yield", "bytes_out", "messages_out", "pub", "store",
+                 "unsent")
 
     def __init__(self, builder: FrameSource) -> None:
         self._builder = builder
         self.pub: zmq.Socket[bytes] | None = None  # set when the data plane opens
+        self.store: CacheStore | None = None  # the publisher cache's, when it has one
+        #: the last frame ZeroMQ refused (WouldBlock), for the caller to wait with
+        self.unsent: bytes | None = None
         self.messages_out = 0
         self.bytes_out = 0
         self._since_yield = 0
 
     def publish(self, subject: str, data: object, codec: Codec | None) -> bool:
-        """Build and send; True once every ``YIELD_EVERY`` calls: then the caller
+        """Build, send and keep; True once every ``YIELD_EVERY`` calls: then the caller
         (``await node.publish``) lets the loop run, so a tight loop of publishes
         cannot starve the node's tasks."""
-        self.send(self._builder.publish(subject, data, codec))
+        frame = self._builder.publish(subject, data, codec)
+        self.send(frame)
+        if self.store is not None:
+            self.store.add(subject, frame)
         return self.due()
+
+    def put(self, subject: str, frame: bytes) -> bool:
+        """Send and keep a publish frame of ``subject`` built otherwise (headers); True
+        when the caller should yield, as :meth:`publish`."""
+        self.send(frame)
+        if self.store is not None:
+            self.store.add(subject, frame)
+        return self.due()
+
+    def keep(self, subject: str, frame: bytes) -> None:
+        """Keep a frame numbered for good that was not sent yet (a no-op without a
+        store)."""
+        if self.store is not None:
+            self.store.add(subject, frame)
 
     def build(self, subject: str, data: object, codec: Codec | None) -> bytes:
         """The next publish frame of ``subject`` (numbered), not sent."""
@@ -229,9 +307,14 @@ class Sender:
 
     def frames(self, subject: str, items: Iterable[object], codec: Codec | None
                ) -> list[bytes]:
-        """The publish frames of every item, numbered in order; if one cannot be
-        encoded the error is raised and nothing was numbered (``publish_many``)."""
-        return self._builder.publish_many(subject, items, codec)
+        """The publish frames of every item, numbered in order and kept; if one cannot
+        be encoded the error is raised and nothing was numbered (``publish_many``)."""
+        frames = self._builder.publish_many(subject, items, codec)
+        store = self.store
+        if store is not None:
+            for frame in frames:
+                store.add(subject, frame)
+        return frames
 
     def send_batch(self, frames: Sequence[bytes], start: int = 0) -> int:
         """Send ``frames[start:]`` in order until ZeroMQ would block; returns the index of
@@ -269,6 +352,7 @@ class Sender:
             else:
                 pub.send(frame, zmq.NOBLOCK, copy=False)
         except zmq.Again:
+            self.unsent = frame
             raise WouldBlock(
                 "a subscriber's queue at this publisher is full; `await node.publish(...)` "
                 "waits for room"

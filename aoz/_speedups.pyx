@@ -22,6 +22,7 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.string cimport memchr, memcpy
 
 import time
+from collections import deque
 
 import zmq
 
@@ -30,7 +31,7 @@ from .errors import TransportError, WouldBlock
 from .message import Message
 from .protocol.frames import Kind
 
-ABI = 9
+ABI = 10
 BATCH = 1024
 #: the protocol's numbers built in below; aoz.hotpath checks them against aoz._hotpath's
 CONSTANTS = {"BATCH": BATCH, "MAX_SUBJECT": 256, "HEADER_LEN": 13, "AOZ_CODEC_IDS": 4,
@@ -46,6 +47,7 @@ cdef object _REQUEST_KIND = Kind.REQUEST
 cdef int _PUBLISH_BYTE = 1  # the type bytes of SPEC §1
 cdef int _REQUEST = 2
 cdef int _REPLY = 3
+cdef object _deque = deque
 cdef object _clock = time.time
 cdef object _send = getattr(zmq.backend, "Socket", zmq.Socket).send
 cdef Py_ssize_t _MAX_SUBJECT = CONSTANTS["MAX_SUBJECT"]  # aoz.protocol.subjects
@@ -245,6 +247,52 @@ cdef class Entry:
         self.seq = 0
 
 
+cdef class CacheStore:
+    """The publisher cache's frames and bounds (see ``CacheStore`` in aoz/_hotpath.py)."""
+
+    cdef public dict deques
+    cdef public Py_ssize_t depth
+    cdef public long long max_bytes
+    cdef public long long nbytes
+    cdef public unsigned long long evicted
+
+    def __init__(self, Py_ssize_t depth, long long max_bytes):
+        self.depth = depth
+        self.max_bytes = max_bytes
+        self.deques = {}
+        self.nbytes = 0
+        self.evicted = 0
+
+    cpdef add(self, subject, frame):
+        """Keep ``frame``, just numbered on ``subject``."""
+        cdef PyObject* found = PyDict_GetItem(self.deques, subject)
+        cdef object d
+        if found == NULL:
+            d = _deque(maxlen=self.depth)
+            self.deques[subject] = d
+        else:
+            d = <object>found
+            if len(d) == self.depth:
+                self.nbytes -= len(d[0])  # the append below pushes it out
+                self.evicted += 1
+        d.append(frame)
+        self.nbytes += len(frame)
+        if self.nbytes > self.max_bytes:
+            self.shrink()
+
+    cpdef shrink(self):
+        """Over the byte bound: the oldest frame of the first subject goes, and that
+        subject moves to the end (round robin), until the store fits."""
+        cdef dict subjects = self.deques
+        while self.nbytes > self.max_bytes and subjects:
+            subject = next(iter(subjects))
+            d = subjects.pop(subject)
+            self.nbytes -= len(d.popleft())
+            self.evicted += 1
+            if d:
+                subjects[subject] = d
+
+
 cdef class Sender:
     """The send side of the hot path (see ``Sender`` in aoz/_hotpath.py).
 
@@ -259,6 +307,8 @@ cdef class Sender:
     cdef dict _entries
     cdef bint _sequenced
     cdef public object pub
+    cdef public CacheStore store
+    cdef public object unsent
     cdef unsigned long long _messages
     cdef unsigned long long _bytes
     cdef unsigned int _since_yield
@@ -268,6 +318,8 @@ cdef class Sender:
         self._entries = builder.entries
         self._sequenced = builder.publisher is not None
         self.pub = None
+        self.store = None
+        self.unsent = None
         self._messages = 0
         self._bytes = 0
         self._since_yield = 0
@@ -299,10 +351,28 @@ cdef class Sender:
                 total = (PyBytes_GET_SIZE(entry.prefix) + PyBytes_GET_SIZE(<bytes>data)
                          + (4 if self._sequenced else 0))
                 if total < _COPY_THRESHOLD:
-                    self.send(self._frame(entry, <bytes>data))
+                    frame = self._frame(entry, <bytes>data)
+                    self.send(frame)
+                    if self.store is not None:
+                        self.store.add(subject, frame)
                     return self.due()
-        self.send(self._builder.publish(subject, data, codec))
+        frame = self._builder.publish(subject, data, codec)
+        self.send(frame)
+        if self.store is not None:
+            self.store.add(subject, frame)
         return self.due()
+
+    def put(self, subject, frame):
+        """Send and keep a publish frame built otherwise (see the pure twin)."""
+        self.send(frame)
+        if self.store is not None:
+            self.store.add(subject, frame)
+        return self.due()
+
+    def keep(self, subject, frame):
+        """Keep a frame numbered for good, not sent yet (see the pure twin)."""
+        if self.store is not None:
+            self.store.add(subject, frame)
 
     def build(self, subject, data, codec):
         """The next publish frame of ``subject`` (numbered), not sent."""
@@ -315,20 +385,27 @@ cdef class Sender:
 
     def frames(self, subject, items, codec):
         """The publish frames of every item (see ``_SenderPy.frames``)."""
-        cdef list out = []
+        cdef list out
         cdef PyObject* found = PyDict_GetItem(self._entries, subject)
-        cdef Entry entry
-        cdef unsigned long long first
         if codec is not None or found == NULL or type(<object>found) is not Entry:
-            return self._builder.publish_many(subject, items, codec)
-        entry = <Entry>found
+            out = self._builder.publish_many(subject, items, codec)
+        else:
+            out = self._frames(<Entry>found, subject, items)
+        if self.store is not None:
+            for frame in out:
+                self.store.add(subject, frame)
+        return out
+
+    cdef list _frames(self, Entry entry, subject, items):
+        cdef list out = []
+        cdef unsigned long long first
         first = entry.seq
         try:
             for data in items:
                 if type(data) is bytes:
                     out.append(self._frame(entry, <bytes>data))
                 else:
-                    out.append(self._builder.publish(subject, data, codec))
+                    out.append(self._builder.publish(subject, data, None))
         except BaseException:
             entry.seq = first  # nothing was numbered
             raise
@@ -398,6 +475,7 @@ cdef class Sender:
             else:
                 pub.send(frame, _NOBLOCK, copy=False)
         except _Again:
+            self.unsent = frame
             raise WouldBlock(
                 "a subscriber's queue at this publisher is full; `await node.publish(...)` "
                 "waits for room"

@@ -58,6 +58,7 @@ from .errors import (
     UsageError,
     UsageTypeError,
     WaitTimeout,
+    WouldBlock,
 )
 from .heartbeat import Heartbeats
 from .hotpath import HOT_PATH, Entry
@@ -389,12 +390,17 @@ class Node:
         """
         if not self._open:
             self._check_open()
-        direct = self._send.direct
-        if direct is not None and headers is None and not block:
-            if direct(subject, data, codec):  # the loop's turn, now and then
-                await anyio.lowlevel.checkpoint()
-            return
-        wait = self._send.publish(subject, data, codec, block, headers)
+        if headers is None and not block:
+            try:
+                due = self._send.direct(subject, data, codec)
+            except WouldBlock:  # a blocking node's full subscriber: wait, or drop
+                wait = self._send.refused(subject, block)
+            else:
+                if due:  # the loop's turn, now and then
+                    await anyio.lowlevel.checkpoint()
+                return
+        else:
+            wait = self._send.publish(subject, data, codec, block, headers)
         if wait is not None:  # room to wait for, or the loop's turn
             await wait
 
@@ -849,7 +855,7 @@ class Node:
         cache = self._plane.cache
         if cache is not None:
             out.update(cache_subjects=cache.subjects, cache_frames=cache.frames,
-                       cache_bytes=cache.bytes, cache_evicted=cache.evicted)
+                       cache_bytes=cache.nbytes, cache_evicted=cache.evicted)
         out.update(cache_queries=self._answers.queries,
                    cache_malformed=self._answers.malformed,
                    cache_refused=self._answers_refused)

@@ -400,3 +400,104 @@ def test_the_senders_take_any_bytes_like_frame() -> None:
         finally:
             wire.close()
     assert results[0] == results[1] == ([b"B\0\x01\0\0ba", b"B\0\x01\0\0mv"], 2, 14)
+
+
+# ---------------------------------------------------------------------- publisher cache
+def _store_state(store: Any) -> tuple[list[tuple[str, list[bytes]]], int, int]:
+    """Everything a cache store holds, in its order (the byte bound's round robin)."""
+    return [(s, list(d)) for s, d in store.deques.items()], store.nbytes, store.evicted
+
+
+@compiled
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(depth=st.integers(1, 4), max_bytes=st.integers(0, 400),
+       adds=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 120)), max_size=80))
+def test_the_cache_stores_keep_and_evict_alike(depth: int, max_bytes: int,
+                                               adds: list[tuple[int, int]]) -> None:
+    stores = (_speedups.CacheStore(depth, max_bytes), _hotpath.CacheStore(depth, max_bytes))
+    for i, (subject, size) in enumerate(adds):
+        frame = bytes([i % 256]) * size
+        for store in stores:
+            store.add(f"S{subject}", frame)
+    a, b = (_store_state(s) for s in stores)
+    assert a == b
+    kept, nbytes, evicted = a
+    # exact bounds and accounting: what it holds is counted, what left is counted
+    assert nbytes == sum(len(f) for _, frames in kept for f in frames) <= max_bytes
+    assert all(len(frames) <= depth for _, frames in kept)
+    assert evicted == len(adds) - sum(len(frames) for _, frames in kept)
+
+
+def keep_and_send(sender_type: Any, store_type: Any, entry: Any = None
+                  ) -> tuple[list[Any], list[bytes], Any]:
+    """A sender with a cache store: every way a frame is numbered, then a full queue."""
+    wire = Wire(hwm=40)
+    try:
+        builder = FrameBuilder(Codec.MSGPACK, publisher=5, entry_type=entry)
+        sender = sender_type(builder)
+        sender.store = store_type(2, 600)  # depth 2; 600 B: the byte bound evicts too
+        sender.pub = wire.pub
+        outcomes: list[Any] = []
+        for subject, data in CALLS[:9]:  # the fast path, the builder's, a 70 kB frame
+            sender.publish(subject, data, None)
+        sender.publish("A", b"coded", Codec.RAW)
+        headed = builder.publish_with("H", b"h", None, {"k": "v"})
+        outcomes.append(sender.put("H", headed))
+        outcomes.append(_store_state(sender.store))
+        frames = sender.frames("M", [b"m1", {"m": 2}, b"m3"], None)  # kept as built
+        outcomes.append(_store_state(sender.store))
+        sender.send_batch(frames)
+        try:
+            sender.frames("M", [b"m4", object()], None)  # nothing numbered, nothing kept
+        except EncodeError:
+            outcomes.append(_store_state(sender.store))
+        built = sender.build("B", b"built", None)  # not kept until the caller says so
+        sender.send(built)
+        outcomes.append(_store_state(sender.store))
+        sender.keep("B", built)
+        outcomes.append(_store_state(sender.store))
+        # a full queue: the refused frame is left in `unsent`, not kept
+        for i in range(1000):  # bounded: the HWM refuses long before
+            try:
+                sender.publish("F", b"f%d" % i, None)
+            except WouldBlock:
+                break
+        outcomes.append((sender.unsent, _store_state(sender.store)))
+        return outcomes, wire.received(), sender.store
+    finally:
+        wire.close()
+
+
+@compiled
+def test_the_senders_keep_what_they_number_alike() -> None:
+    a = keep_and_send(_speedups.Sender, _speedups.CacheStore, _speedups.Entry)
+    b = keep_and_send(_SenderPy, _hotpath.CacheStore)
+    # the compiled Sender with the pure builder's entries (its general path) keeps alike
+    c = keep_and_send(_speedups.Sender, _speedups.CacheStore)
+    assert a[:2] == b[:2] == c[:2]
+    outcomes, wire, store = b
+    unsent, (kept, nbytes, evicted) = outcomes[-1]
+    # what is kept went on the wire (or is the frame the caller kept itself), and it is
+    # the last of its subject; the refused frame is not kept and not on the wire
+    on_wire = set(wire)
+    assert unsent is not None and unsent not in on_wire
+    assert all(f in on_wire for _, frames in kept for f in frames)
+    assert nbytes == sum(len(f) for _, frames in kept for f in frames) <= 600
+    assert dict(kept)["F"][-1] == max((f for f in wire if f.startswith(b"F\0")),
+                                      key=lambda f: int.from_bytes(f[13:17], "little"))
+    # publish_many's frames were kept as built (before they were sent)
+    assert dict(outcomes[2][0])["M"] == frames_of(wire, b"M")[-2:]
+    # an encode error keeps nothing; build() keeps nothing until keep()
+    assert outcomes[3] == outcomes[2]
+    assert "B" not in dict(outcomes[4][0]) and dict(outcomes[5][0])["B"][-1] == wire_frame(
+        wire, b"B\0", b"built")
+    assert evicted > 0 and store.evicted == evicted
+
+
+def frames_of(wire: list[bytes], subject: bytes) -> list[bytes]:
+    return [f for f in wire if f.startswith(subject + b"\0")]
+
+
+def wire_frame(wire: list[bytes], prefix: bytes, suffix: bytes) -> bytes:
+    [frame] = [f for f in wire if f.startswith(prefix) and f.endswith(suffix)]
+    return frame
