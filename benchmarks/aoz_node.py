@@ -41,6 +41,7 @@ async def pub(p: dict[str, Any], stall: bool = False) -> None:
         publish = node.publish
         rss_before = rss()
         peak = rss_before
+        cpu0 = time.process_time()
         t0 = time.perf_counter()
         for i in range(n):
             await publish(SUBJECT, payload)
@@ -48,7 +49,8 @@ async def pub(p: dict[str, Any], stall: bool = False) -> None:
                 peak = max(peak, rss())
         dt = time.perf_counter() - t0
         blocked = node.statistics().blocked_sends
-        result: dict[str, Any] = {"sent": n, "send_s": dt, "blocked_sends": blocked}
+        result: dict[str, Any] = {"sent": n, "send_s": dt, "blocked_sends": blocked,
+                                  "cpu_s": time.process_time() - cpu0}
         if stall:
             await asyncio.sleep(p.get("settle", 1.0))
             after = rss()
@@ -93,14 +95,17 @@ async def sub(p: dict[str, Any], stall: bool = False) -> None:
 
         consumer = consume_batch if p.get("mode") == "batch" else consume_iter
         task = asyncio.create_task(consumer())
+        cpu0 = time.process_time()  # the process's CPU while it receives (and waits)
         await _watch(task, r, p)
+        cpu = time.process_time() - cpu0
         stats = subscription.statistics()
         node_stats = node.statistics()
         # Where a shortfall stopped, if there is one: frames read off the SUB, sequence
         # gaps (lost upstream), messages still queued for the consumer.
         emit("result", **r.result(n, dropped_queue=stats.dropped,
                                   messages_in=node_stats.messages_in,
-                                  lost_in=node_stats.lost_in, pending=stats.pending))
+                                  lost_in=node_stats.lost_in, pending=stats.pending,
+                                  cpu_s=cpu))
 
 
 async def _watch(task: asyncio.Task[None], r: Receiver, p: dict[str, Any]) -> None:

@@ -10,8 +10,12 @@ interleaved so machine drift hits both sides alike:
 - ``async for``: the harness's lossless pair (one publisher process, one subscriber
   process: ``send_policy="block"``, ``overflow="block"``), the publisher with memory
   on (heartbeats at their default 1 s and ``publish_cache=1``) against off
-  (``publisher_heartbeat=0``, no cache); each side's loss is printed and a round whose
-  side lost more than 0.1% counts as ``n/a``;
+  (``publisher_heartbeat=0``, no cache), run off, on, on, off in odd rounds and on,
+  off, off, on in even ones (drift of a shared machine hits both alike); a round's
+  ratio is its two "on" rates' sum over its two "off" rates' sum. Each run's loss is
+  printed and a round where a run lost more than 0.1% counts as ``n/a``. The CPU
+  seconds per message of each process (publisher over its send loop, subscriber while
+  it receives) are compared the same way: less moved by other work than the rates;
 - history: the time from ``subscribe("MD.>", history=1)`` to the last of 1,000
   historical messages (a publisher node with a cache of 1, a subscriber node linked to
   it, both in this process, on one event loop).
@@ -63,6 +67,13 @@ async def _publish_rates(subjects: int, n: int, slices: int = 10) -> tuple[float
         return per * slices / spent[0], per * slices / spent[1]
 
 
+#: the publisher's settings of each side of the ``async for`` comparison
+SIDES: dict[str, dict[str, Any]] = {
+    "off": {"settings": {"publisher_heartbeat": 0}},
+    "on": {"settings": {"publish_cache": 1}},  # heartbeats at their default (1 s)
+}
+
+
 async def _history_time(subjects: int) -> tuple[float, int]:
     async with (
         aoz.connect(bind=[ANY], publish_cache=1) as pub,
@@ -104,14 +115,18 @@ def main(argv: list[str] | None = None) -> int:
               f"({row['1/0']:,.0f} -> {row['1/1']:,.0f}/s), 1,000 subjects "
               f"{row['1000/1'] / row['1000/0']:.2f}x ({row['1000/0']:,.0f} -> "
               f"{row['1000/1']:,.0f}/s)", flush=True)
-        pair: dict[str, Any] = {}
-        for name, extra in (("off", {"settings": {"publisher_heartbeat": 0}}),
-                            ("on", {"settings": {"publish_cache": 1}})):
-            res = run_pubsub("aoz", 100, args.n, 60.0, pub_extra=extra)
-            pair[name] = {"rate": res["msgs_per_s"], "loss": res["loss"]}
+        pair: dict[str, Any] = {"off": [], "on": []}
+        order = ("off", "on", "on", "off") if r % 2 == 0 else ("on", "off", "off", "on")
+        for name in order:
+            res = run_pubsub("aoz", 100, args.n, 60.0, pub_extra=SIDES[name])
+            pair[name].append({"rate": res["msgs_per_s"], "loss": res["loss"],
+                               "pub_cpu_s": res.get("pub_cpu_s", 0.0),
+                               "sub_cpu_s": res.get("sub_cpu_s", 0.0)})
             print(f"round {r + 1}: async for {name:8s} {res['msgs_per_s']:>10,.0f} msg/s "
                   f"(received {res['received']:,} of {res['sent']:,}, "
-                  f"lost {res['loss'] * 100:.2f}%)", flush=True)
+                  f"lost {res['loss'] * 100:.2f}%; CPU pub "
+                  f"{res.get('pub_cpu_s', 0.0) * 1e6 / args.n:.2f} us/msg, sub "
+                  f"{res.get('sub_cpu_s', 0.0) * 1e6 / args.n:.2f} us/msg)", flush=True)
         summary["async_for"].append(pair)
         dt, got = asyncio.run(_history_time(1000))
         summary["history"].append({"seconds": dt, "messages": got})
@@ -120,8 +135,14 @@ def main(argv: list[str] | None = None) -> int:
     pub1 = [row["1/1"] / row["1/0"] for row in summary["publish"]]
     pub1000 = [row["1000/1"] / row["1000/0"] for row in summary["publish"]]
     ok = [p for p in summary["async_for"]
-          if max(p["off"]["loss"], p["on"]["loss"]) <= 0.001]
-    fors = [p["on"]["rate"] / p["off"]["rate"] for p in ok]
+          if max(run["loss"] for runs in p.values() for run in runs) <= 0.001]
+
+    def ratio(p: dict[str, list[dict[str, float]]], key: str) -> float:
+        return sum(run[key] for run in p["on"]) / sum(run[key] for run in p["off"])
+
+    fors = [ratio(p, "rate") for p in ok]
+    pub_cpu = [ratio(p, "pub_cpu_s") for p in ok]
+    sub_cpu = [ratio(p, "sub_cpu_s") for p in ok]
     hist = [h["seconds"] for h in summary["history"]]
     load = os.getloadavg()
     summary["load_end"] = load
@@ -129,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         "publish_1_subject": statistics.median(pub1),
         "publish_1000_subjects": statistics.median(pub1000),
         "async_for": statistics.median(fors) if fors else None,
+        "async_for_pub_cpu": statistics.median(pub_cpu) if pub_cpu else None,
+        "async_for_sub_cpu": statistics.median(sub_cpu) if sub_cpu else None,
         "history_1000_s": statistics.median(hist),
     }
     print(f"\nawait publish, cache=1 / off: 1 subject {statistics.median(pub1):.2f}x "
@@ -138,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"async for, heartbeats + cache=1 / both off: {statistics.median(fors):.2f}x "
               f"[{min(fors):.2f}-{max(fors):.2f}] over {len(fors)} lossless rounds "
               "(target >= 0.95)")
+        print(f"async for, CPU per message on / off: publisher {statistics.median(pub_cpu):.2f}x "
+              f"[{min(pub_cpu):.2f}-{max(pub_cpu):.2f}], subscriber "
+              f"{statistics.median(sub_cpu):.2f}x [{min(sub_cpu):.2f}-{max(sub_cpu):.2f}]")
     else:
         print("async for: n/a (every round lost more than 0.1% on a side)")
     print(f"history, subscribe -> last of 1,000: median {statistics.median(hist) * 1000:.1f} ms "
