@@ -48,6 +48,7 @@ cdef int _PUBLISH_BYTE = 1  # the type bytes of SPEC §1
 cdef int _REQUEST = 2
 cdef int _REPLY = 3
 cdef object _deque = deque
+cdef object _deque_append = deque.append
 cdef object _clock = time.time
 cdef object _send = getattr(zmq.backend, "Socket", zmq.Socket).send
 cdef Py_ssize_t _MAX_SUBJECT = CONSTANTS["MAX_SUBJECT"]  # aoz.protocol.subjects
@@ -265,20 +266,7 @@ cdef class CacheStore:
 
     cpdef add(self, subject, frame):
         """Keep ``frame``, just numbered on ``subject``."""
-        cdef PyObject* found = PyDict_GetItem(self.deques, subject)
-        cdef object d
-        if found == NULL:
-            d = _deque(maxlen=self.depth)
-            self.deques[subject] = d
-        else:
-            d = <object>found
-            if len(d) == self.depth:
-                self.nbytes -= len(d[0])  # the append below pushes it out
-                self.evicted += 1
-        d.append(frame)
-        self.nbytes += len(frame)
-        if self.nbytes > self.max_bytes:
-            self.shrink()
+        _keep(self, subject, frame)
 
     cpdef shrink(self):
         """Over the byte bound: the oldest frame of the first subject goes, and that
@@ -291,6 +279,25 @@ cdef class CacheStore:
             self.evicted += 1
             if d:
                 subjects[subject] = d
+
+
+cdef inline int _keep(CacheStore store, object subject, object frame) except -1:
+    """``store.add(subject, frame)``, called from C by the Sender."""
+    cdef PyObject* found = PyDict_GetItem(store.deques, subject)
+    cdef object d
+    if found == NULL:
+        d = _deque(maxlen=store.depth)
+        store.deques[subject] = d
+    else:
+        d = <object>found
+        if len(d) == store.depth:
+            store.nbytes -= len(d[0])  # the append below pushes it out
+            store.evicted += 1
+    _deque_append(d, frame)
+    store.nbytes += len(frame)
+    if store.nbytes > store.max_bytes:
+        store.shrink()
+    return 0
 
 
 cdef class Sender:
@@ -354,25 +361,25 @@ cdef class Sender:
                     frame = self._frame(entry, <bytes>data)
                     self.send(frame)
                     if self.store is not None:
-                        self.store.add(subject, frame)
+                        _keep(self.store, subject, frame)
                     return self.due()
         frame = self._builder.publish(subject, data, codec)
         self.send(frame)
         if self.store is not None:
-            self.store.add(subject, frame)
+            _keep(self.store, subject, frame)
         return self.due()
 
     def put(self, subject, frame):
         """Send and keep a publish frame built otherwise (see the pure twin)."""
         self.send(frame)
         if self.store is not None:
-            self.store.add(subject, frame)
+            _keep(self.store, subject, frame)
         return self.due()
 
     def keep(self, subject, frame):
         """Keep a frame numbered for good, not sent yet (see the pure twin)."""
         if self.store is not None:
-            self.store.add(subject, frame)
+            _keep(self.store, subject, frame)
 
     def build(self, subject, data, codec):
         """The next publish frame of ``subject`` (numbered), not sent."""
@@ -393,7 +400,7 @@ cdef class Sender:
             out = self._frames(<Entry>found, subject, items)
         if self.store is not None:
             for frame in out:
-                self.store.add(subject, frame)
+                _keep(self.store, subject, frame)
         return out
 
     cdef list _frames(self, Entry entry, subject, items):
