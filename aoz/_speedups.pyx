@@ -16,6 +16,7 @@ twin's.
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItem
+from cpython.object cimport Py_SIZE
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
@@ -241,6 +242,9 @@ cdef class Entry:
     cdef public bytes header
     cdef public bytes prefix
     cdef public unsigned long long seq
+    # the subject's deque in a Sender's CacheStore, valid while its ``gen`` is kept_gen
+    cdef object kept
+    cdef unsigned long long kept_gen
 
     def __init__(self, bytes header, bytes prefix):
         self.header = header
@@ -248,29 +252,42 @@ cdef class Entry:
         self.seq = 0
 
 
+cdef unsigned long long _generations = 0  # CacheStore.gen: never the same twice
+
+
 cdef class CacheStore:
-    """The publisher cache's frames and bounds (see ``CacheStore`` in aoz/_hotpath.py)."""
+    """The publisher cache's frames and bounds (see ``CacheStore`` in aoz/_hotpath.py).
+
+    ``gen`` changes whenever a subject's deque leaves ``deques`` (and differs between
+    stores), so that an Entry can hold its subject's deque and skip the dict lookup
+    while ``gen`` is what it was.
+    """
 
     cdef public dict deques
     cdef public Py_ssize_t depth
     cdef public long long max_bytes
     cdef public long long nbytes
     cdef public unsigned long long evicted
+    cdef unsigned long long gen
 
     def __init__(self, Py_ssize_t depth, long long max_bytes):
+        global _generations
         self.depth = depth
         self.max_bytes = max_bytes
         self.deques = {}
         self.nbytes = 0
         self.evicted = 0
+        _generations += 1
+        self.gen = _generations
 
     cpdef add(self, subject, frame):
         """Keep ``frame``, just numbered on ``subject``."""
-        _keep(self, subject, frame)
+        _append(self, _deque_of(self, subject), frame)
 
     cpdef shrink(self):
         """Over the byte bound: the oldest frame of the first subject goes, and that
         subject moves to the end (round robin), until the store fits."""
+        global _generations
         cdef dict subjects = self.deques
         while self.nbytes > self.max_bytes and subjects:
             subject = next(iter(subjects))
@@ -279,25 +296,46 @@ cdef class CacheStore:
             self.evicted += 1
             if d:
                 subjects[subject] = d
+            else:  # gone from the store: entries holding it must look again
+                _generations += 1
+                self.gen = _generations
+
+
+cdef inline object _deque_of(CacheStore store, object subject):
+    """The deque of ``subject`` in ``store`` (a new one for a new subject)."""
+    cdef PyObject* found = PyDict_GetItem(store.deques, subject)
+    if found != NULL:
+        return <object>found
+    d = _deque(maxlen=store.depth)
+    store.deques[subject] = d
+    return d
+
+
+cdef inline int _append(CacheStore store, object d, object frame) except -1:
+    """Keep ``frame`` in ``d``, the deque of its subject in ``store``, within bounds."""
+    if Py_SIZE(d) == store.depth:  # a deque's length
+        store.nbytes -= len(d[0])  # the append below pushes it out
+        store.evicted += 1
+    _deque_append(d, frame)
+    store.nbytes += PyBytes_GET_SIZE(frame) if type(frame) is bytes else len(frame)
+    if store.nbytes > store.max_bytes:
+        store.shrink()
+    return 0
 
 
 cdef inline int _keep(CacheStore store, object subject, object frame) except -1:
     """``store.add(subject, frame)``, called from C by the Sender."""
-    cdef PyObject* found = PyDict_GetItem(store.deques, subject)
-    cdef object d
-    if found == NULL:
-        d = _deque(maxlen=store.depth)
-        store.deques[subject] = d
-    else:
-        d = <object>found
-        if len(d) == store.depth:
-            store.nbytes -= len(d[0])  # the append below pushes it out
-            store.evicted += 1
-    _deque_append(d, frame)
-    store.nbytes += len(frame)
-    if store.nbytes > store.max_bytes:
-        store.shrink()
-    return 0
+    return _append(store, _deque_of(store, subject), frame)
+
+
+cdef inline int _keep_entry(CacheStore store, Entry entry, object subject,
+                            object frame) except -1:
+    """``_keep`` for a subject whose Entry the Sender holds: no dict lookup while the
+    Entry's deque is still the store's."""
+    if entry.kept_gen != store.gen or entry.kept is None:
+        entry.kept = _deque_of(store, subject)
+        entry.kept_gen = store.gen
+    return _append(store, entry.kept, frame)
 
 
 cdef class Sender:
@@ -361,7 +399,7 @@ cdef class Sender:
                     frame = self._frame(entry, <bytes>data)
                     self.send(frame)
                     if self.store is not None:
-                        _keep(self.store, subject, frame)
+                        _keep_entry(self.store, entry, subject, frame)
                     return self.due()
         frame = self._builder.publish(subject, data, codec)
         self.send(frame)
