@@ -501,3 +501,36 @@ def frames_of(wire: list[bytes], subject: bytes) -> list[bytes]:
 def wire_frame(wire: list[bytes], prefix: bytes, suffix: bytes) -> bytes:
     [frame] = [f for f in wire if f.startswith(prefix) and f.endswith(suffix)]
     return frame
+
+
+@compiled
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(depth=st.integers(1, 3), max_bytes=st.integers(0, 300),
+       calls=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 90), st.booleans()),
+                      max_size=60))
+def test_the_senders_keep_alike_under_both_bounds(depth: int, max_bytes: int,
+                                                  calls: list[tuple[int, int, bool]]) -> None:
+    """Publishes on a few subjects (the compiled fast path, which holds each subject's
+    deque in its Entry, and the builder's path), with the byte bound emptying and
+    dropping subjects in between: both twins keep the same frames, bytes and evictions."""
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        states = []
+        for sender_type, store_type, entry in (
+                (_speedups.Sender, _speedups.CacheStore, _speedups.Entry),
+                (_SenderPy, _hotpath.CacheStore, None)):
+            pub = ctx.socket(zmq.XPUB)  # no subscriber: every send succeeds, goes nowhere
+            pub.bind(f"inproc://keep-{uuid.uuid4()}")
+            sender = sender_type(FrameBuilder(Codec.MSGPACK, publisher=2, entry_type=entry))
+            sender.store = store_type(depth, max_bytes)
+            sender.pub = pub
+            for subject, size, as_bytes in calls:
+                sender.publish(f"S{subject}", bytes(size) if as_bytes else "t" * size, None)
+            states.append(_store_state(sender.store))
+            pub.close(0)
+        assert states[0] == states[1]
+        kept, nbytes, evicted = states[0]
+        assert nbytes == sum(len(f) for _, frames in kept for f in frames) <= max_bytes
+        assert evicted == len(calls) - sum(len(frames) for _, frames in kept)
+    finally:
+        ctx.term()
