@@ -93,7 +93,25 @@ async def sub(p: dict[str, Any], stall: bool = False) -> None:
                 if r.n >= n:
                     return
 
-        consumer = consume_batch if p.get("mode") == "batch" else consume_iter
+        marks: list[float] = []  # the time of every (n // p["marks"])-th message
+        every = n // p["marks"] if p.get("marks") else 0
+
+        async def consume_marked() -> None:
+            due = every
+            async for msg in subscription:
+                _data = msg.data
+                r.last = clock()
+                if not r.n:
+                    r.first = r.last
+                r.n += 1
+                if r.n == due:
+                    marks.append(r.last)
+                    due += every
+                if r.n >= n:
+                    return
+
+        consumer = (consume_batch if p.get("mode") == "batch" else
+                    consume_marked if every else consume_iter)
         task = asyncio.create_task(consumer())
         cpu0 = time.process_time()  # the process's CPU while it receives (and waits)
         await _watch(task, r, p)
@@ -105,7 +123,7 @@ async def sub(p: dict[str, Any], stall: bool = False) -> None:
         emit("result", **r.result(n, dropped_queue=stats.dropped,
                                   messages_in=node_stats.messages_in,
                                   lost_in=node_stats.lost_in, pending=stats.pending,
-                                  cpu_s=cpu))
+                                  cpu_s=cpu, **({"marks": marks} if every else {})))
 
 
 async def _watch(task: asyncio.Task[None], r: Receiver, p: dict[str, Any]) -> None:

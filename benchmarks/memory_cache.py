@@ -17,6 +17,10 @@ interleaved so machine drift hits both sides alike:
   printed and a round where a run lost more than 0.1% counts as ``n/a``. The CPU
   seconds per message of each process (publisher over its send loop, subscriber while
   it receives) are compared the same way: less moved by other work than the rates;
+- ``async for``, side by side: the same two pairs at once (four processes), each
+  subscriber timing every hundredth of its messages on the one monotonic clock; each
+  side's rate is over the window both were receiving in, so whatever else the machine
+  does hits both at the same moment (``--side-by-side 0`` leaves it out);
 - history: the time from ``subscribe("MD.>", history=1)`` to the last of 1,000
   historical messages (a publisher node with a cache of 1, a subscriber node linked to
   it, both in this process, on one event loop).
@@ -30,11 +34,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import json
 import os
 import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import aoz
@@ -78,6 +84,38 @@ SIDES: dict[str, dict[str, Any]] = {
 }
 
 
+def _received_by(marks: list[float], every: int, t: float) -> float:
+    """Messages a subscriber had received at time ``t`` (``marks[i]``: when it had
+    ``(i + 1) * every``), interpolated between marks."""
+    i = bisect.bisect_right(marks, t)
+    if i == 0:
+        return every * t / marks[0] if marks[0] > 0 else 0.0  # before the first mark
+    if i == len(marks):
+        return float(every * len(marks))
+    t0, t1 = marks[i - 1], marks[i]
+    return every * (i + (t - t0) / (t1 - t0) if t1 > t0 else i)
+
+
+def _side_by_side(n: int, marks: int = 100) -> dict[str, Any]:
+    """Both sides' pairs at once; each side's rate over the window both received in."""
+    with ThreadPoolExecutor(2) as pool:
+        futures = {name: pool.submit(run_pubsub, "aoz", 100, n, 60.0,
+                                     pub_extra=SIDES[name],
+                                     sub_extra={"idle": 3.0, "marks": marks})
+                   for name in ("off", "on")}
+        res = {name: f.result() for name, f in futures.items()}
+    every = n // marks
+    lo = max(r["marks"][0] for r in res.values() if r.get("marks"))
+    hi = min(r["marks"][-1] for r in res.values() if r.get("marks"))
+    out: dict[str, Any] = {"window_s": max(hi - lo, 0.0)}
+    for name, r in res.items():
+        m = r.get("marks") or [0.0]
+        got = _received_by(m, every, hi) - _received_by(m, every, lo) if hi > lo else 0.0
+        out[name] = {"rate": got / (hi - lo) if hi > lo else 0.0, "loss": r["loss"],
+                     "messages_in": r.get("messages_in", 0)}
+    return out
+
+
 async def _history_time(subjects: int) -> tuple[float, int]:
     async with (
         aoz.connect(bind=[ANY], publish_cache=1) as pub,
@@ -104,11 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--n", type=int, default=200_000, help="messages per case and round")
+    ap.add_argument("--side-by-side", type=int, default=1,
+                    help="1: also run the async for pairs at once (0: not)")
     args = ap.parse_args(argv)
     load = os.getloadavg()
     print(f"load average at start: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}", flush=True)
     summary: dict[str, Any] = {"n": args.n, "load_start": load, "publish": [],
-                               "async_for": [], "history": []}
+                               "async_for": [], "side_by_side": [], "history": []}
     for r in range(args.rounds):
         row: dict[str, float] = {}
         for subjects in (1, 1000):
@@ -136,6 +176,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"{res.get('pub_cpu_s', 0.0) * 1e6 / args.n:.2f} us/msg, sub "
                   f"{res.get('sub_cpu_s', 0.0) * 1e6 / args.n:.2f} us/msg)", flush=True)
         summary["async_for"].append(pair)
+        if args.side_by_side:
+            both = _side_by_side(args.n)
+            summary["side_by_side"].append(both)
+            print(f"round {r + 1}: side by side  off {both['off']['rate']:>10,.0f} msg/s, on "
+                  f"{both['on']['rate']:>10,.0f} msg/s over {both['window_s']:.2f} s "
+                  f"(lost {both['off']['loss'] * 100:.2f}% / {both['on']['loss'] * 100:.2f}%)",
+                  flush=True)
         dt, got = asyncio.run(_history_time(1000))
         summary["history"].append({"seconds": dt, "messages": got})
         print(f"round {r + 1}: history of 1,000 subjects: {dt * 1000:.1f} ms ({got} messages)",
@@ -151,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     fors = [ratio(p, "rate") for p in ok]
     pub_cpu = [ratio(p, "pub_cpu_s") for p in ok]
     sub_cpu = [ratio(p, "sub_cpu_s") for p in ok]
+    sides = [b["on"]["rate"] / b["off"]["rate"] for b in summary["side_by_side"]
+             if b["off"]["rate"] > 0 and b["window_s"] > 0.2
+             and max(b["off"]["loss"], b["on"]["loss"]) <= 0.001]
     hist = [h["seconds"] for h in summary["history"]]
     load = os.getloadavg()
     summary["load_end"] = load
@@ -160,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         "async_for": statistics.median(fors) if fors else None,
         "async_for_pub_cpu": statistics.median(pub_cpu) if pub_cpu else None,
         "async_for_sub_cpu": statistics.median(sub_cpu) if sub_cpu else None,
+        "async_for_side_by_side": statistics.median(sides) if sides else None,
         "history_1000_s": statistics.median(hist),
     }
     print(f"\nawait publish, cache=1 / off: 1 subject {statistics.median(pub1):.2f}x "
@@ -174,6 +225,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{statistics.median(sub_cpu):.2f}x [{min(sub_cpu):.2f}-{max(sub_cpu):.2f}]")
     else:
         print("async for: n/a (every round lost more than 0.1% on a side)")
+    if sides:
+        print(f"async for side by side, on / off over the common window: "
+              f"{statistics.median(sides):.2f}x [{min(sides):.2f}-{max(sides):.2f}] over "
+              f"{len(sides)} lossless rounds")
+    elif args.side_by_side:
+        print("async for side by side: n/a (no lossless round with a common window)")
     print(f"history, subscribe -> last of 1,000: median {statistics.median(hist) * 1000:.1f} ms "
           f"[{min(hist) * 1000:.1f}-{max(hist) * 1000:.1f}]")
     print(f"load average at end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
