@@ -81,6 +81,7 @@ log = logging.getLogger("aoz.node")
 
 _REPLY_ROUTE_WAIT = 5.0  # seconds a deferred reply waits for the requester's inbox filter
 _MAX_DEFERRED = 1024  # deferred replies waiting at once; more are counted unroutable
+_RAW_MID = b"\0\0"  # a request frame's NUL after the handle, then the raw codec byte
 _ROUTES_MAX = 8192  # subjects whose request route is kept (the table is cleared past it)
 _HOUSEKEEPING = 0.25  # seconds between sweeps of abandoned reply streams
 _CACHE_B = CACHE_SUBJECT.encode()
@@ -754,14 +755,17 @@ class Node:
         >>> reply = await node.request("SVC.quote", b"IBM", timeout=1.0)  # doctest: +SKIP
         """
         prefixes = self._request_route(subject)
-        payload = self._frames.payload(data, codec, headers)
+        if codec is None and not headers and type(data) is bytes:
+            payload, mid = data, _RAW_MID  # what encode_payload gives: the raw codec byte
+        else:
+            payload, mid = self._frames.payload(data, codec, headers), b"\0"
         requests = self._requests
         fut, serial, handle = requests.open_first(subject, timeout)
         try:
             # one frame per target, one reply handle: replies from any of them reach
             # the same waiter (the first wins)
             for prefix in prefixes:
-                self._send.send(b"".join((prefix, handle, b"\0", payload)))
+                self._send.send(b"".join((prefix, handle, mid, payload)))
             reply = await fut
         finally:
             requests.close(serial)

@@ -121,3 +121,82 @@ async def test_cancelled_request_leaks_no_inbox_entry(
         await req2.respond(b"fresh")
         assert (await t2).data == b"fresh"
     assert len(a._requests) == 0
+
+
+async def test_request_frames_on_the_wire_are_the_protocol_core_s() -> None:
+    """The node builds request frames from a per-subject prefix it keeps (and a bytes
+    payload without encoding it): the bytes must be encode_request's, for every kind
+    of payload, with and without headers; and each request fails at its own deadline
+    (one timer serves them all, earliest first, whatever order they were sent in)."""
+    import zmq
+    import zmq.asyncio
+
+    from aoz.protocol.builder import FrameBuilder
+    from aoz.protocol.codecs import Codec
+    from aoz.protocol.frames import decode_frame, encode_request
+
+    ctx = zmq.asyncio.Context.instance()
+    raw = ctx.socket(zmq.SUB)  # a responder that never answers: its filter counts
+    raw.setsockopt(zmq.LINGER, 0)
+    raw.setsockopt(zmq.SUBSCRIBE, b"svc.wire\0")
+    payloads: list[tuple[object, aoz.Codec | None, dict[str, str] | None]] = [
+        (b"raw", None, None), (b"", None, None), ("text", None, None), ({"k": 1}, None, None),
+        (b"as json", aoz.Codec.JSON, None), (b"hdr", None, {"trace": "1"}),
+    ]
+    try:
+        async with aoz.connect(bind=["tcp://127.0.0.1:*"]) as node:
+            raw.connect(node.endpoint)
+            await node.wait_for_interest("svc.wire", timeout=5, responders=True)
+            frames = FrameBuilder(Codec[node.settings.default_codec.upper()])
+            timeouts = [0.6, 0.2, 0.4, 0.2, 0.5, 0.3]
+            async with anyio.create_task_group() as tg:
+                ended: list[float] = []
+
+                async def one(i: int) -> None:
+                    data, codec, headers = payloads[i]
+                    with pytest.raises(aoz.RequestTimeout):
+                        await node.request("svc.wire", data, timeout=timeouts[i], codec=codec,
+                                           headers=headers)
+                    ended.append(timeouts[i])
+
+                for i in range(len(payloads)):
+                    tg.start_soon(one, i)
+                    got = await raw.recv()
+                    fr = decode_frame(got)
+                    assert fr.reply is not None
+                    data, codec, headers = payloads[i]
+                    assert got == encode_request(
+                        b"svc.wire", fr.reply, frames.payload(data, codec, headers))
+            assert sorted(ended) == ended  # each failed at its own deadline, in order
+            assert node.statistics().request_timeouts == len(payloads)
+            assert len(node._requests) == 0
+    finally:
+        raw.close(0)
+
+
+async def test_a_request_follows_the_interest_set(static_pair: tuple[aoz.Node, aoz.Node]) -> None:
+    """Where a request goes is kept per subject until the interest set changes: a
+    responder that leaves makes the next request fail fast, and one that comes back is
+    answered again (queue groups, whose members take turns, are never kept: tests/queues)."""
+    a, b = static_pair
+    async with anyio.create_task_group() as tg:
+        scope = anyio.CancelScope()
+
+        async def serve() -> None:
+            with scope:
+                await respond_forever(b, "svc.moves", b"plain")
+
+        tg.start_soon(serve)
+        await a.wait_for_interest("svc.moves", responders=True)
+        assert (await a.request("svc.moves", b"1", timeout=5)).data == b"plain:1"
+        assert (await a.request("svc.moves", b"2", timeout=5)).data == b"plain:2"
+        scope.cancel()  # the responder leaves: its filter goes
+        with anyio.fail_after(5):
+            while a.has_interest("svc.moves", responders=True):
+                await a.interest_changed(0.1)
+        with pytest.raises(aoz.NoResponders):
+            await a.request("svc.moves", b"3", timeout=5)
+        tg.start_soon(respond_forever, b, "svc.moves", b"back")
+        await a.wait_for_interest("svc.moves", responders=True)
+        assert (await a.request("svc.moves", b"4", timeout=5)).data == b"back:4"
+        tg.cancel_scope.cancel()
