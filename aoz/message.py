@@ -187,7 +187,8 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False, gc=False):
         """For a reply that reports a failure (a service's handler raised): the remote
         error, ``"<type>: <message>"``; ``None`` for any other message. The request
         APIs raise :class:`aoz.ServiceError` for such replies."""
-        if self.kind is not Kind.REPLY or _ERROR_MARK not in self._frame[self._data :][:16]:
+        if self.kind is not Kind.REPLY or self._frame.find(
+                _ERROR_MARK, self._data, self._data + 16) < 0:
             return None  # the cheap test: an error reply is a one-key msgpack map
         try:
             value = self.decode()

@@ -68,7 +68,7 @@ from .message import DONE, Message, WeakResponder
 from .protocol.builder import FrameBuilder
 from .protocol.cachequery import SUBJECT as CACHE_SUBJECT
 from .protocol.codecs import Codec, Verbatim
-from .protocol.frames import INBOX_PREFIX, encode_request, request_prefix
+from .protocol.frames import HANDLE_LEN, INBOX_PREFIX, encode_request, request_prefix
 from .protocol.subjects import compile_pattern, is_reserved, subject_bytes
 from .recovery import MemorySubscription, Recovery
 from .requests import ReplyStream, Requests
@@ -82,6 +82,7 @@ log = logging.getLogger("aoz.node")
 _REPLY_ROUTE_WAIT = 5.0  # seconds a deferred reply waits for the requester's inbox filter
 _MAX_DEFERRED = 1024  # deferred replies waiting at once; more are counted unroutable
 _RAW_MID = b"\0\0"  # a request frame's NUL after the handle, then the raw codec byte
+_REPLY_RAW = b"\0\x03\0\0"  # a reply frame's type bytes (SPEC §1), then the raw codec byte
 _ROUTES_MAX = 8192  # subjects whose request route is kept (the table is cleared past it)
 _HOUSEKEEPING = 0.25  # seconds between sweeps of abandoned reply streams
 _CACHE_B = CACHE_SUBJECT.encode()
@@ -444,9 +445,13 @@ class Node:
         ``replies_unroutable``. The caller never waits, so a sequential responder is
         not stalled by a requester that has gone.
         """
-        self._check_open()
+        if not self._open:
+            self._check_open()
         hb = handle.encode("ascii")
-        frame = self._frames.reply(hb, data, codec)
+        if codec is None and type(data) is bytes and len(hb) == HANDLE_LEN and b"\0" not in hb:
+            frame = b"".join((hb, _REPLY_RAW, data))  # encode_reply(hb, encode_payload(data))
+        else:
+            frame = self._frames.reply(hb, data, codec)
         if self._interest.routable(hb):
             self._send.send(frame)
             return DONE
@@ -754,7 +759,11 @@ class Node:
 
         >>> reply = await node.request("SVC.quote", b"IBM", timeout=1.0)  # doctest: +SKIP
         """
-        prefixes = self._request_route(subject)
+        hit = self._request_routes.get(subject)
+        if hit is not None and hit[0] == self._interest.version and self._open:
+            prefixes = hit[1]  # _request_route's answer, kept
+        else:
+            prefixes = self._request_route(subject)
         if codec is None and not headers and type(data) is bytes:
             payload, mid = data, _RAW_MID  # what encode_payload gives: the raw codec byte
         else:

@@ -98,12 +98,15 @@ Waiter = asyncio.Future[Message] | ReplyStream
 class Requests:
     """Open requests of one node (see the module docstring)."""
 
-    __slots__ = ("_armed", "_inbox", "_timer", "on_reply", "requests", "timeouts")
+    __slots__ = ("_armed", "_inbox", "_timer", "close", "on_reply", "requests", "timeouts")
 
     def __init__(self, node_uuid: str, responder: Responder) -> None:
         self._inbox = Inbox(node_uuid, responder)
         #: the receive path's hook for reply frames (the hot path's own)
         self.on_reply: Callable[[bytes, bytes, int, float], None] = self._inbox.on_reply
+        #: ``close(serial)``: the request is over (answered, timed out, cancelled, not
+        #: sent); the inbox's own method
+        self.close: Callable[[int], object] = self._inbox.close
         self.requests = 0
         self.timeouts = 0
         self._timer: asyncio.TimerHandle | None = None
@@ -135,10 +138,6 @@ class Requests:
         if deadline < self._armed:
             self._arm(loop, deadline)
         return fut, serial, handle
-
-    def close(self, serial: int) -> None:
-        """The request ``serial`` is over (answered, timed out, cancelled, not sent)."""
-        self._inbox.close(serial)
 
     async def wait_first(
         self, subject: str, timeout: float, send: Callable[[bytes], None]

@@ -200,3 +200,57 @@ async def test_a_request_follows_the_interest_set(static_pair: tuple[aoz.Node, a
         await a.wait_for_interest("svc.moves", responders=True)
         assert (await a.request("svc.moves", b"4", timeout=5)).data == b"back:4"
         tg.cancel_scope.cancel()
+
+
+async def test_reply_frames_on_the_wire_are_the_protocol_core_s() -> None:
+    """respond() builds a bytes reply without the builder: the bytes must be
+    encode_reply's for every kind of payload."""
+    import uuid
+
+    import zmq
+    import zmq.asyncio
+
+    from aoz.protocol.codecs import Codec, encode_payload
+    from aoz.protocol.frames import encode_reply, make_handle
+
+    ctx = zmq.asyncio.Context.instance()
+    pub = ctx.socket(zmq.PUB)  # the requester's publisher...
+    inbox = ctx.socket(zmq.SUB)  # ...and its inbox
+    requester = str(uuid.uuid4())
+    for s in (pub, inbox):
+        s.setsockopt(zmq.LINGER, 0)
+    inbox.setsockopt(zmq.SUBSCRIBE, f"_INBOX.{requester}".encode())
+    answers: list[tuple[object, Codec | None]] = [
+        (b"raw", None), (b"", None), ("text", None), ({"k": 1}, None), (b"j", Codec.JSON),
+        (aoz.Verbatim(b"\x05as is"), None),
+    ]
+    try:
+        async with aoz.connect(bind=["tcp://127.0.0.1:*"]) as node:
+            port = pub.bind_to_random_port("tcp://127.0.0.1")
+            node.connect_endpoint(f"tcp://127.0.0.1:{port}")
+            inbox.connect(node.endpoint)
+            async with node.subscribe("svc.back") as sub:
+                for i, (data, codec) in enumerate(answers, 1):
+                    handle = make_handle(requester, i)
+                    msg = None
+                    for _ in range(50):  # the node's SUB link to the raw PUB may be connecting
+                        await pub.send(b"svc.back\0\x02" + handle + b"\0\0q")
+                        with anyio.move_on_after(0.2):
+                            msg = await sub.next()
+                        if msg is not None:
+                            break
+                    assert msg is not None
+                    with anyio.fail_after(5):  # our inbox filter reaches the node first
+                        await node.wait_for_interest(f"_INBOX.{requester}.x", timeout=5)
+                    await msg.respond(data, codec=codec)
+                    with anyio.fail_after(5):
+                        got = await inbox.recv()
+                    assert got == encode_reply(handle, encode_payload(data, codec))
+                    while True:  # the retries' duplicates, answered or not, are not replies
+                        try:
+                            await sub.next(timeout=0.05)
+                        except aoz.WaitTimeout:
+                            break
+    finally:
+        pub.close(0)
+        inbox.close(0)
