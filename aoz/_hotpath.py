@@ -17,13 +17,17 @@ The contract, which neither twin steps outside of:
 - a :class:`Sender` reads its :class:`FrameSource` (:class:`aoz.protocol.builder.
   FrameBuilder`): ``entries`` (a subject's cached prefix and sequence number),
   ``publisher``, ``publish`` and ``publish_many``; it sends on ``pub``;
+- an :class:`Inbox` holds a node's open requests: futures (``done``, ``set_result``)
+  and reply streams (any :class:`aoz.subscription.Mailbox`: ``push``), and builds reply
+  messages with the responder it is given; it owns no timer and no socket;
 - the rules both apply come from one place: where a payload's data starts is
   :func:`aoz.message.data_start` (the compiled twin has it in C, checked by the twin
   test), frames are built by the FrameBuilder (the compiled twin builds the one common
   case, a ``bytes`` payload on a known subject, from the builder's cached prefix), the
   numbers in :data:`CONSTANTS` are checked against the compiled module's at import.
 
-This module touches no socket option and owns no state beyond the Sender's counters.
+This module touches no socket option and owns no state beyond the Sender's counters
+and an Inbox's table.
 """
 
 from __future__ import annotations
