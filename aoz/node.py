@@ -778,6 +778,7 @@ class Node:
             reply = await fut
         finally:
             requests.close(serial)
+            fut.cancel()  # done already, unless the send failed: then it must not time out
         remote = reply.error
         if remote is not None:  # the responder failed: an error, never a value
             raise ServiceError.from_reply(subject, remote)

@@ -129,7 +129,8 @@ class Requests:
                    ) -> tuple[asyncio.Future[Message], int, bytes]:
         """Open a first-reply request: its future (failed with RequestTimeout after
         ``timeout`` seconds), serial and handle. The caller sends, awaits the future
-        and, however that ends, calls :meth:`close` with the serial."""
+        and, however that ends, calls :meth:`close` with the serial and cancels the
+        future (a request whose send failed must not time out later)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Message] = loop.create_future()
         deadline = loop.time() + timeout
@@ -149,6 +150,7 @@ class Requests:
             return await fut
         finally:
             self._inbox.close(serial)
+            fut.cancel()  # done already, unless the send failed: then it must not time out
 
     def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
         if self._timer is not None:

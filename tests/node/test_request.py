@@ -254,3 +254,24 @@ async def test_reply_frames_on_the_wire_are_the_protocol_core_s() -> None:
     finally:
         pub.close(0)
         inbox.close(0)
+
+
+async def test_a_request_whose_send_fails_leaves_nothing_behind(
+    static_pair: tuple[aoz.Node, aoz.Node], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The send's error reaches the caller, the inbox entry goes, and the deadline the
+    request left in the heap fails nothing later (no timeout counted, no future with an
+    exception nobody retrieves)."""
+    a, b = static_pair
+    async with b.subscribe("svc.fails"):
+        await a.wait_for_interest("svc.fails")
+
+        def refuse(frame: bytes) -> None:
+            raise aoz.TransportError("refused by the test")
+
+        monkeypatch.setattr(a._send, "send", refuse)
+        with pytest.raises(aoz.TransportError, match="refused by the test"):
+            await a.request("svc.fails", b"x", timeout=0.01)
+        assert len(a._requests) == 0
+        assert a._requests._inbox.due(float("inf")) == []  # what the timer would fail
+        assert a.statistics().request_timeouts == 0
