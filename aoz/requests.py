@@ -140,18 +140,6 @@ class Requests:
             self._arm(loop, deadline)
         return fut, serial, handle
 
-    async def wait_first(
-        self, subject: str, timeout: float, send: Callable[[bytes], None]
-    ) -> Message:
-        """Open a request, ``send(handle)`` it and return the first reply."""
-        fut, serial, handle = self.open_first(subject, timeout)
-        try:
-            send(handle)
-            return await fut
-        finally:
-            self._inbox.close(serial)
-            fut.cancel()  # done already, unless the send failed: then it must not time out
-
     def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
