@@ -5,8 +5,8 @@ The compiled module is used when it imports and its ``ABI`` and ``CONSTANTS`` ma
 the pure twin's (the contract and the protocol's numbers it has built in), unless
 ``AOZ_PURE_PYTHON=1`` asks for the pure one. A module that does not match is a stale
 build: a warning names the fix and the pure twin runs. Everything else imports the
-hot path from here (``drain_sub``, ``Sender``, ``Entry``, ``CacheStore``), never from
-either twin.
+hot path from here (``drain_sub``, ``Sender``, ``Entry``, ``CacheStore``, ``Inbox``),
+never from either twin.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import Any, cast
 
 from . import _hotpath
 
-__all__ = ["HOT_PATH", "CacheStore", "Entry", "Sender", "drain_sub", "implementation"]
+__all__ = ["HOT_PATH", "CacheStore", "Entry", "Inbox", "Sender", "drain_sub",
+           "implementation"]
 
 log = logging.getLogger("aoz.node")
 
@@ -52,6 +53,8 @@ Entry: Callable[[bytes, bytes], _hotpath.Entry] = _module.Entry
 Sender: type[_hotpath.Sender] = cast(type[_hotpath.Sender], _module.Sender)
 #: the publisher cache's store (aoz.cache), which a Sender keeps its frames in
 CacheStore: type[_hotpath.CacheStore] = cast(type[_hotpath.CacheStore], _module.CacheStore)
+#: the request side: open requests, their deadlines, and replies to them
+Inbox: type[_hotpath.Inbox] = cast(type[_hotpath.Inbox], _module.Inbox)
 
 
 def implementation() -> ModuleType:
