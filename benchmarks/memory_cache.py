@@ -20,7 +20,9 @@ interleaved so machine drift hits both sides alike:
 - ``async for``, side by side: the same two pairs at once (four processes), each
   subscriber timing every hundredth of its messages on the one monotonic clock; each
   side's rate is over the window both were receiving in, so whatever else the machine
-  does hits both at the same moment (``--side-by-side 0`` leaves it out);
+  does hits both at the same moment (which pair starts first alternates by round; the
+  window needs several seconds, ``--n 1000000``, before start-up jitter stops mattering;
+  ``--side-by-side 0`` leaves it out);
 - history: the time from ``subscribe("MD.>", history=1)`` to the last of 1,000
   historical messages (a publisher node with a cache of 1, a subscriber node linked to
   it, both in this process, on one event loop).
@@ -96,13 +98,14 @@ def _received_by(marks: list[float], every: int, t: float) -> float:
     return every * (i + (t - t0) / (t1 - t0) if t1 > t0 else i)
 
 
-def _side_by_side(n: int, marks: int = 100) -> dict[str, Any]:
-    """Both sides' pairs at once; each side's rate over the window both received in."""
+def _side_by_side(n: int, first: str, marks: int = 100) -> dict[str, Any]:
+    """Both sides' pairs at once (``first`` started a moment before the other: callers
+    alternate it); each side's rate over the window both received in."""
     with ThreadPoolExecutor(2) as pool:
         futures = {name: pool.submit(run_pubsub, "aoz", 100, n, 60.0,
                                      pub_extra=SIDES[name],
                                      sub_extra={"idle": 3.0, "marks": marks})
-                   for name in ("off", "on")}
+                   for name in ((first, "on" if first == "off" else "off"))}
         res = {name: f.result() for name, f in futures.items()}
     every = n // marks
     lo = max(r["marks"][0] for r in res.values() if r.get("marks"))
@@ -177,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{res.get('sub_cpu_s', 0.0) * 1e6 / args.n:.2f} us/msg)", flush=True)
         summary["async_for"].append(pair)
         if args.side_by_side:
-            both = _side_by_side(args.n)
+            both = _side_by_side(args.n, order[0])
             summary["side_by_side"].append(both)
             print(f"round {r + 1}: side by side  off {both['off']['rate']:>10,.0f} msg/s, on "
                   f"{both['on']['rate']:>10,.0f} msg/s over {both['window_s']:.2f} s "
