@@ -386,7 +386,6 @@ def build_tables(
     the decoded fields (:func:`_bulk_sequenced_msgpack`).
     """
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     rows = list(rows)
     decoded = tuple(decoded)
@@ -414,49 +413,73 @@ def build_tables(
                     continue
                 omnm_fields[i] = _JSON_ENCODER.encode(omnm.to_json(msg)).decode()
 
+    return assemble(
+        pa.array(subjects, type=pa.string()), pa.array(received, type=pa.float64()), fields,
+        codecs, payload_array if payload_array is not None
+        else pa.array(payloads, type=pa.binary()),
+        publisher, publisher_seq, pa.array(omnm_fields, type=pa.string()), decoded, errors,
+    )  # fmt: skip
+
+
+def assemble(
+    subject: Any, received: Any, fields: list[Any], codecs: list[int], payload: Any,
+    publisher: Any, publisher_seq: Any, omnm_fields: Any, decoded: tuple[Column, ...],
+    errors: int,
+) -> tuple[dict[str, Any], int]:
+    """The tables of :func:`build_tables` from its columns (Arrow arrays) and decoded
+    ``fields`` (rows of the decoder's struct): the columns taken out of the fields, the
+    table split by UTC receive date. Shared with :mod:`aoz.record.bulk`."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    dec = _decoder(decoded)
+
     def col(name: str) -> list[Any]:
         return list(map(attrgetter(dec.attr[name]), fields))
 
     def first(*names: str) -> list[Any]:
         out = col(names[0])
         for name in names[1:]:
-            if out.count(None):
+            missing = out.count(None)
+            if missing:
                 other = col(name)
-                if other.count(None) != len(other):
+                if missing == len(out):
+                    out = other
+                elif other.count(None) != len(other):
                     out = [a if a is not None else b for a, b in zip(out, other, strict=True)]
         return out
 
     sender = _column(col("sender"), "string")
     sender = pc.if_else(pc.equal(sender, ""), pa.scalar(None, pa.string()), sender)
-    recv = pa.array(received, type=pa.float64())
     arrays = {
-        "subject": pa.array(subjects, type=pa.string()),
+        "subject": subject,
         "sender": sender,
         "sequence": _column(first(*SEQUENCE_FIELDS), "int"),
         "send_ts": _send_micros(first(*SEND_TS_FIELDS)),
-        "receive_ts": pc.cast(pc.round(pc.multiply(recv, 1e6)), pa.int64()).cast(
+        "receive_ts": pc.cast(pc.round(pc.multiply(received, 1e6)), pa.int64()).cast(
             pa.timestamp("us", tz="UTC")
         ),
         "publisher": publisher,
         "publisher_seq": publisher_seq,
         "codec": pa.array(codecs if max(codecs) <= 3 else [c if c <= 3 or c == 0x4F else -1
                                                            for c in codecs], type=pa.int64()),
-        "payload": (payload_array if payload_array is not None
-                    else pa.array(payloads, type=pa.binary())),
-        "omnm_fields": pa.array(omnm_fields, type=pa.string()),
+        "payload": payload,
+        "omnm_fields": omnm_fields,
     }  # fmt: skip
     for c in decoded:
         arrays[c.name] = _column(col(c.name), c.kind)
     schema = arrow_schema(decoded)
     table = pa.Table.from_arrays([arrays[f.name] for f in schema], schema=schema)
-    days = [int(t // 86_400) for t in (min(received), max(received))]
-    if days[0] == days[1]:
-        return {_date(days[0]): table}, errors
-    day_of = [int(t // 86_400) for t in received]
+    # as Python's float //: t / 86400 can round up to the next day a hair before midnight
+    day_of = pc.floor(pc.divide(received, 86_400.0))
+    day_of = pc.if_else(pc.greater(pc.multiply(day_of, 86_400.0), received),
+                        pc.subtract(day_of, 1.0), day_of)  # fmt: skip
+    lo, hi = (int(v.as_py()) for v in pc.min_max(day_of).values())
+    if lo == hi:
+        return {_date(lo): table}, errors
     tables = {}
-    for day in sorted(set(day_of)):
-        mask = pa.array([d == day for d in day_of])
-        tables[_date(day)] = table.filter(mask)
+    for day in sorted(pc.unique(day_of).to_pylist()):
+        tables[_date(int(day))] = table.filter(pc.equal(day_of, day))
     return tables, errors
 
 
