@@ -86,6 +86,7 @@ def _bulk(batch: FrameBatch, decoded: tuple[Column, ...]) -> tuple[dict[str, Any
     except ImportError:  # pragma: no cover - pyarrow >= 16 does not need numpy
         return None
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     lens = np.frombuffer(batch.lengths, dtype=np.int64)
     buf = np.frombuffer(batch.blob, dtype=np.uint8)
@@ -95,12 +96,13 @@ def _bulk(batch: FrameBatch, decoded: tuple[Column, ...]) -> tuple[dict[str, Any
         return None
     ends = np.cumsum(lens)
     starts = ends - lens
-    zeros = np.flatnonzero(buf == 0)
-    at = np.searchsorted(zeros, starts)
-    if int(at[-1]) >= len(zeros):
-        return None  # the last frame has no NUL
-    nul = zeros[at]  # the first NUL of each frame (or of a later one: caught below)
-    sub_len = nul - starts
+    offsets32 = np.zeros(n + 1, dtype=np.int32)
+    offsets32[1:] = ends
+    frames = pa.Array.from_buffers(
+        pa.binary(), n, [None, pa.py_buffer(offsets32), pa.py_buffer(batch.blob)]
+    )
+    sub_len = pc.find_substring(frames, pattern=b"\x00").to_numpy()  # each frame's first NUL
+    nul = starts + sub_len
     p = nul + 3  # each payload
     if (
         int(sub_len.min()) < 1 or int(sub_len.max()) > MAX_SUBJECT
@@ -124,10 +126,11 @@ def _bulk(batch: FrameBatch, decoded: tuple[Column, ...]) -> tuple[dict[str, Any
     payload_blob[offsets[:-1]] = 0x01  # the codec byte without the sequence flag
     body = np.ones(len(payload_blob), dtype=bool)
     body[offsets[:-1]] = False
+    array32 = np.empty(5 + len(payload_blob) - n, dtype=np.uint8)  # one msgpack array
+    array32[:5] = np.frombuffer(b"\xdd" + n.to_bytes(4, "big"), dtype=np.uint8)
+    array32[5:] = payload_blob[body]
     try:
-        fields: list[Any] = _decoder(decoded).msgpack.decode(
-            b"".join((b"\xdd", n.to_bytes(4, "big"), payload_blob[body].tobytes()))
-        )
+        fields: list[Any] = _decoder(decoded).msgpack.decode(array32.data)
     except (msgspec.DecodeError, ValueError, RecursionError):
         return None  # the row-by-row path finds and counts the bad ones
     if len(fields) != n:  # pragma: no cover - n bodies in, n rows out

@@ -55,7 +55,7 @@ import msgspec
 from .._tasks import TaskOwner
 from ..errors import AozError, ConfigError, UsageError, WaitTimeout
 from .bulk import FrameBatch, pack, tables_from_frames
-from .files import partition_dir, write_atomically
+from .files import dictionary_columns, partition_dir, write_atomically
 from .reading import with_summaries
 from .schema import Column, build_tables, columns_for
 
@@ -247,7 +247,8 @@ class Recorder:
                     tg.start_soon(self._consume, sub)
 
     async def _consume(self, sub: Subscription) -> None:
-        async for batch in sub.batches(1024):
+        # batches up to a flush: a queue that holds many is taken whole (one C-level copy)
+        async for batch in sub.batches(max(1024, self.flush_rows)):
             if self.partition is not None:
                 batch = [m for m in batch if self._is_mine(m.subject)]
             self._frames += map(_FRAME, batch)
@@ -440,7 +441,7 @@ def _write_tables(
         name = f"part-{stamp}-{recorder_id}-{file_no:06d}.parquet"
         path, size = write_atomically(
             with_summaries(table), partition_dir(Path(directory), date), name,
-            compression=compression, fsync=fsync,
+            compression=compression, fsync=fsync, dictionary=dictionary_columns(table.schema),
         )  # fmt: skip
         written.append((str(path), size))
     return written
