@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -124,13 +125,19 @@ def test_pack_refuses_times_that_do_not_match_the_frames() -> None:
     assert bulk.tables_from_frames(bulk.pack([], []), COLS) == ({}, 0)
 
 
+def spools(directory: Path, recorder_id: str) -> list[Path]:
+    shm = Path("/dev/shm").glob(f".aoz-frames-{recorder_id}-*")
+    return [*directory.rglob(".aoz-frames-*"), *shm]
+
+
 @pytest.mark.parametrize("writer", ["thread", "process"])
 async def test_the_recorder_writes_raw_frames_of_every_kind(
     aoz_node_factory: Any, tmp_path: Any, writer: str
 ) -> None:
     """Through real sockets: an aoz feed (the bulk path) and, in other flushes, JSON,
     raw bytes and a request on a recorded subject (the row-by-row path); every message
-    received is written once, with its subject, payload and receive time."""
+    received is written once, with its subject, payload and receive time; the process
+    writer's hand-over files are removed."""
     feed_node = await aoz_node_factory()
     node = await aoz_node_factory()
     n = 3000
@@ -146,6 +153,8 @@ async def test_the_recorder_writes_raw_frames_of_every_kind(
             await feed_node.request("R.svc", {"seq": -2}, timeout=0.2)
         stats = await rec.wait_until(received=n + 3, timeout=20)
     final = rec.statistics()
+    # the process writer's spool files (frames handed to the worker) are gone
+    assert not spools(tmp_path, rec._id)
     assert stats.dropped == stats.lost == 0
     assert final.received == final.written == n + 3 and final.pending == 0
     table = ds.dataset(tmp_path, format="parquet", partitioning="hive").to_table()
