@@ -17,51 +17,59 @@ The contract, which neither twin steps outside of:
 - a :class:`Sender` reads its :class:`FrameSource` (:class:`aoz.protocol.builder.
   FrameBuilder`): ``entries`` (a subject's cached prefix and sequence number),
   ``publisher``, ``publish`` and ``publish_many``; it sends on ``pub``;
+- an :class:`Inbox` holds a node's open requests: futures (``done``, ``set_result``)
+  and reply streams (any :class:`aoz.subscription.Mailbox`: ``push``), and builds reply
+  messages with the responder it is given; it owns no timer and no socket;
 - the rules both apply come from one place: where a payload's data starts is
   :func:`aoz.message.data_start` (the compiled twin has it in C, checked by the twin
   test), frames are built by the FrameBuilder (the compiled twin builds the one common
   case, a ``bytes`` payload on a known subject, from the builder's cached prefix), the
   numbers in :data:`CONSTANTS` are checked against the compiled module's at import.
 
-This module touches no socket option and owns no state beyond the Sender's counters.
+This module touches no socket option and owns no state beyond the Sender's counters
+and an Inbox's table.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from heapq import heapify, heappop, heappush
 from typing import Any, Final, Protocol
 
 import zmq
 
 from ._errmap import translate
-from .errors import TransportError, WouldBlock
+from .errors import DecodeError, TransportError, WouldBlock
 from .message import Message, Responder, data_start
 from .protocol.builder import Entry
 from .protocol.codecs import AOZ_CODEC_IDS, Codec
 from .protocol.frames import HANDLE_LEN, Kind, publish_subject_end
 from .protocol.headers import HEADERS
+from .protocol.inbox import InboxTable
 from .protocol.sequence import FLAG, HEADER_LEN, PACK
 from .protocol.subjects import MAX_SUBJECT
 from .routing import RoutingTable
-from .subscription import Subscription
+from .subscription import Mailbox, Subscription
 
 __all__ = [
     "ABI", "BATCH", "CONSTANTS", "COPY_THRESHOLD", "YIELD_EVERY", "Entry", "FrameSource",
-    "ReceiveSide", "Sender", "drain_sub",
+    "Inbox", "ReceiveSide", "Sender", "drain_sub",
 ]
 
 #: bump with any change to the twins' contract (the compiled module's ABI must match)
-ABI: Final = 9
+ABI: Final = 10
 BATCH: Final = 1024  # frames drained per wake-up before other callbacks run
 COPY_THRESHOLD: Final = 65536  # larger frames are sent zero-copy
 YIELD_EVERY: Final = 256  # publishes between forced yields of `await node.publish`
+_HEAP_SLACK: Final = 64  # finished requests an Inbox's deadline heap may hold beyond 2x live
 #: the protocol's numbers the compiled twin has built in (checked at import)
 CONSTANTS: Final = {
     "BATCH": BATCH, "MAX_SUBJECT": MAX_SUBJECT, "HEADER_LEN": HEADER_LEN,
     "AOZ_CODEC_IDS": AOZ_CODEC_IDS, "SEQUENCE_FLAG": FLAG, "HEADERS_FLAG": HEADERS,
     "COPY_THRESHOLD": COPY_THRESHOLD,
     "YIELD_EVERY": YIELD_EVERY, "HANDLE_LEN": HANDLE_LEN,
+    "HEAP_SLACK": _HEAP_SLACK,
 }
 
 # pyzmq's Cython-level send: the Socket subclass's send adds a Python layer (~0.3 us)
@@ -277,3 +285,87 @@ class Sender:
             raise translate(exc, "publish failed") from exc
         self.messages_out += 1
         self.bytes_out += n
+
+
+class Inbox(InboxTable[Any]):
+    """The request side of the hot path: one node's open requests and their replies.
+
+    The table (:class:`aoz.protocol.inbox.InboxTable`: serial -> waiter, reply handles,
+    the per-entry deadlines :meth:`expire` sweeps) plus what runs per request and per
+    reply:
+
+    - :meth:`open_timed` opens a first-reply request (a future) and keeps its deadline
+      in one heap, so the node arms one loop timer for the earliest deadline
+      (:meth:`next_deadline`) instead of one timer per request; :meth:`due` pops what
+      has passed. The heap holds the futures themselves, so a timeout never depends on
+      the entry still being in the table; it is rebuilt without the finished ones when
+      they outnumber the live entries (so it stays within a constant of them).
+    - :meth:`on_reply` is the receive path's reply hook (``ReceiveSide.on_reply``):
+      the handle's serial (``parse_handle``'s rule), the waiter, one ``Message``; a
+      future gets it and leaves the table, a reply stream (a ``Mailbox``) is pushed
+      to; a reply for nobody is counted in ``replies_dropped``.
+    """
+
+    __slots__ = ("_heap", "_responder", "replies_dropped")
+
+    def __init__(self, node_uuid: str, responder: Responder) -> None:
+        super().__init__(node_uuid)
+        self._responder = responder
+        self._heap: list[tuple[float, int, Any, str, float]] = []
+        self.replies_dropped = 0
+
+    def open_timed(self, waiter: Any, deadline: float, subject: str, timeout: float
+                   ) -> tuple[int, bytes]:
+        """:meth:`open` a request whose ``waiter`` (a future) fails at ``deadline``:
+        the heap keeps ``(deadline, serial, waiter, subject, timeout)``."""
+        serial, handle = self.open(waiter, deadline)
+        heap = self._heap
+        if len(heap) >= 2 * len(self) + _HEAP_SLACK:
+            heap[:] = [e for e in heap if not e[2].done()]
+            heapify(heap)
+        heappush(heap, (deadline, serial, waiter, subject, timeout))
+        return serial, handle
+
+    def due(self, now: float) -> list[tuple[Any, str, float]]:
+        """Pop every timed request whose deadline is ``now`` or before: ``(waiter,
+        subject, timeout)`` of those whose waiter is not done yet."""
+        heap = self._heap
+        out = []
+        while heap and heap[0][0] <= now:
+            _, _, waiter, subject, timeout = heappop(heap)
+            if not waiter.done():
+                out.append((waiter, subject, timeout))
+        return out
+
+    def next_deadline(self) -> float | None:
+        """The earliest deadline in the heap (possibly of a finished request)."""
+        return self._heap[0][0] if self._heap else None
+
+    @property
+    def deadlines(self) -> int:
+        """How many deadlines the heap holds (of open and of finished requests)."""
+        return len(self._heap)
+
+    def drain(self) -> list[Any]:
+        self._heap.clear()
+        return super().drain()
+
+    def on_reply(self, subject: bytes, frame: bytes, start: int, now: float) -> None:
+        """A reply frame arrived on ``subject`` (a reply handle of ours, or not)."""
+        try:
+            serial = self.serial_of(subject)
+        except DecodeError:
+            self.replies_dropped += 1  # someone else's reply or garbage
+            return
+        waiter = self.lookup(serial)
+        if waiter is None:
+            self.replies_dropped += 1
+            return
+        msg = Message(frame, len(subject), start, data_start(frame, start), Kind.REPLY, None,
+                      now, self._responder)
+        if isinstance(waiter, Mailbox):
+            waiter.push(msg)
+        else:
+            self.close(serial)
+            if not waiter.done():
+                waiter.set_result(msg)

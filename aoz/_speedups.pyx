@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The data plane's hot path, compiled.
 
-Twins of ``drain_sub`` and ``Sender`` in ``aoz/_hotpath.py`` (which states the
+Twins of ``drain_sub``, ``Sender`` and ``Inbox`` in ``aoz/_hotpath.py`` (which states the
 contract both keep), with the same behaviour (tests/hotpath runs both on the same input and compares
 everything they leave behind; `make test` runs the suite on each). What C buys here: the
 subject search is a ``memchr`` on the frame's buffer instead of two method calls, the
@@ -19,22 +19,25 @@ from cpython.dict cimport PyDict_GetItem
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
-from libc.string cimport memchr, memcpy
+from libc.string cimport memchr, memcmp, memcpy
 
+import heapq
 import time
 
 import zmq
 
 from ._errmap import translate
-from .errors import TransportError, WouldBlock
+from .errors import DecodeError, TransportError, WouldBlock
 from .message import Message
-from .protocol.frames import Kind
+from .protocol.frames import Kind, inbox_subject, parse_handle
+from .subscription import Mailbox
 
-ABI = 9
+ABI = 10
 BATCH = 1024
 #: the protocol's numbers built in below; aoz.hotpath checks them against aoz._hotpath's
 CONSTANTS = {"BATCH": BATCH, "MAX_SUBJECT": 256, "HEADER_LEN": 13, "AOZ_CODEC_IDS": 4,
-             "SEQUENCE_FLAG": 0x04, "HEADERS_FLAG": 0x08, "COPY_THRESHOLD": 65536, "YIELD_EVERY": 256, "HANDLE_LEN": 60}
+             "SEQUENCE_FLAG": 0x04, "HEADERS_FLAG": 0x08, "COPY_THRESHOLD": 65536, "YIELD_EVERY": 256, "HANDLE_LEN": 60,
+             "HEAP_SLACK": 64}
 
 cdef Py_ssize_t _BATCH = BATCH
 cdef int _NOBLOCK = zmq.NOBLOCK
@@ -406,3 +409,167 @@ cdef class Sender:
             raise translate(exc, "publish failed") from exc
         self._messages += 1
         self._bytes += n
+
+
+cdef object _REPLY_KIND = Kind.REPLY
+cdef object _Mailbox = Mailbox
+cdef object _heappush = heapq.heappush
+cdef object _heappop = heapq.heappop
+cdef object _heapify = heapq.heapify
+cdef Py_ssize_t _HEAP_SLACK = CONSTANTS["HEAP_SLACK"]  # aoz._hotpath
+cdef Py_ssize_t _PREFIX_LEN = _HANDLE_LEN - 16  # _INBOX.<uuid>. (the serial: 16 hex digits)
+cdef uint64_t _MAX_SERIAL = 0xFFFFFFFFFFFFFFFF
+cdef const char* _HEX = b"0123456789abcdef"
+
+
+cdef inline int _hex_digit(uint8_t c) noexcept:
+    """The value of a lowercase hex digit (what parse_handle accepts), -1 otherwise."""
+    if 48 <= c <= 57:
+        return c - 48
+    if 97 <= c <= 102:
+        return c - 87
+    return -1
+
+
+cdef class Inbox:
+    """The request side of the hot path (see ``Inbox`` in aoz/_hotpath.py): the table of
+    open requests, their handles, the deadline heap of first-reply requests, and the
+    reply hook. A handle is written and a reply's serial read without the interpreter;
+    a reply to a waiting future costs one lookup, one Message and ``set_result``."""
+
+    cdef public str uuid
+    cdef public bytes filter
+    cdef public bytes prefix
+    cdef public unsigned long long replies_dropped
+    cdef public uint64_t _next  # the next serial (public for the twin test)
+    cdef dict _entries
+    cdef dict _deadlines
+    cdef list _heap
+    cdef object _responder
+
+    def __init__(self, node_uuid, responder):
+        self.uuid = node_uuid
+        self.filter = inbox_subject(node_uuid)
+        self.prefix = self.filter + b"."
+        if PyBytes_GET_SIZE(self.prefix) != _PREFIX_LEN:
+            raise ValueError("inbox prefix of an unexpected length")
+        self._next = 1
+        self._entries = {}
+        self._deadlines = {}
+        self._heap = []
+        self._responder = responder
+        self.replies_dropped = 0
+
+    def __len__(self):
+        return len(self._entries)
+
+    cpdef tuple open(self, waiter, deadline):
+        """Register ``waiter`` under a new serial; returns ``(serial, reply_handle)``."""
+        cdef uint64_t serial = self._next
+        cdef bytes handle = PyBytes_FromStringAndSize(NULL, _HANDLE_LEN)
+        cdef char* out = PyBytes_AS_STRING(handle)
+        cdef int i
+        self._next = 1 if serial >= _MAX_SERIAL else serial + 1
+        key = serial
+        self._entries[key] = waiter
+        self._deadlines[key] = deadline
+        memcpy(out, PyBytes_AS_STRING(self.prefix), _PREFIX_LEN)
+        for i in range(16):
+            out[_HANDLE_LEN - 1 - i] = _HEX[(serial >> (4 * i)) & 0xF]
+        return key, handle
+
+    def open_timed(self, waiter, deadline, subject, timeout):
+        """``open`` a request whose future fails at ``deadline`` (see the pure twin)."""
+        cdef tuple opened = self.open(waiter, deadline)
+        cdef list heap = self._heap
+        if len(heap) >= 2 * len(self._entries) + _HEAP_SLACK:
+            heap[:] = [e for e in heap if not (<tuple>e)[2].done()]
+            _heapify(heap)
+        _heappush(heap, (deadline, opened[0], waiter, subject, timeout))
+        return opened
+
+    def due(self, now):
+        """Pop the timed requests whose deadline is ``now`` or before (see the twin)."""
+        cdef list heap = self._heap
+        cdef list out = []
+        cdef tuple e
+        while heap and (<tuple>heap[0])[0] <= now:
+            e = <tuple>_heappop(heap)
+            waiter = e[2]
+            if not waiter.done():
+                out.append((waiter, e[3], e[4]))
+        return out
+
+    def next_deadline(self):
+        return (<tuple>self._heap[0])[0] if self._heap else None
+
+    @property
+    def deadlines(self):
+        return len(self._heap)
+
+    def serial_of(self, subject):
+        """The serial named by a reply subject of this inbox; DecodeError otherwise."""
+        if len(subject) != _HANDLE_LEN or not subject.startswith(self.prefix):
+            raise DecodeError("reply subject is not a handle of this inbox", what="reply handle")
+        return parse_handle(subject)[1]
+
+    def lookup(self, serial):
+        return self._entries.get(serial)
+
+    cpdef close(self, serial):
+        self._deadlines.pop(serial, None)
+        return self._entries.pop(serial, None)
+
+    def expire(self, now):
+        """Remove and return the entries whose deadline is before ``now``."""
+        gone = [s for s, d in self._deadlines.items() if d < now]
+        out = []
+        for s in gone:
+            w = self.close(s)
+            if w is not None:
+                out.append(w)
+        return out
+
+    def drain(self):
+        """Remove and return every entry (the node is closing)."""
+        out = list(self._entries.values())
+        self._entries.clear()
+        self._deadlines.clear()
+        self._heap.clear()
+        return out
+
+    def on_reply(self, bytes subject not None, bytes frame not None, Py_ssize_t start, now):
+        """A reply frame arrived on ``subject`` (a reply handle of ours, or not)."""
+        cdef const uint8_t* s = <const uint8_t*>PyBytes_AS_STRING(subject)
+        cdef uint64_t serial = 0
+        cdef int i, d
+        cdef PyObject* found
+        if (PyBytes_GET_SIZE(subject) != _HANDLE_LEN
+                or memcmp(s, PyBytes_AS_STRING(self.prefix), _PREFIX_LEN) != 0):
+            self.replies_dropped += 1  # someone else's reply or garbage
+            return
+        for i in range(_PREFIX_LEN, _HANDLE_LEN):
+            d = _hex_digit(s[i])
+            if d < 0:
+                self.replies_dropped += 1
+                return
+            serial = (serial << 4) | <uint64_t>d
+        if serial == 0:
+            self.replies_dropped += 1
+            return
+        key = serial
+        found = PyDict_GetItem(self._entries, key)
+        if found == NULL:
+            self.replies_dropped += 1
+            return
+        waiter = <object>found
+        msg = _Message(frame, _HANDLE_LEN, start,
+                       _data_start(<const uint8_t*>PyBytes_AS_STRING(frame),
+                                   PyBytes_GET_SIZE(frame), start),
+                       _REPLY_KIND, None, now, self._responder)
+        if isinstance(waiter, _Mailbox):
+            waiter.push(msg)
+        else:
+            self.close(key)
+            if not waiter.done():
+                waiter.set_result(msg)

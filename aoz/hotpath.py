@@ -5,7 +5,7 @@ The compiled module is used when it imports and its ``ABI`` and ``CONSTANTS`` ma
 the pure twin's (the contract and the protocol's numbers it has built in), unless
 ``AOZ_PURE_PYTHON=1`` asks for the pure one. A module that does not match is a stale
 build: a warning names the fix and the pure twin runs. Everything else imports the
-hot path from here (``drain_sub``, ``Sender``, ``Entry``), never from either twin.
+hot path from here (``drain_sub``, ``Sender``, ``Entry``, ``Inbox``), never from either twin.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from . import _hotpath
 
-__all__ = ["HOT_PATH", "Entry", "Sender", "drain_sub", "implementation"]
+__all__ = ["HOT_PATH", "Entry", "Inbox", "Sender", "drain_sub", "implementation"]
 
 log = logging.getLogger("aoz.node")
 
@@ -49,6 +49,8 @@ drain_sub: Callable[[_hotpath.ReceiveSide, Any], int] = _module.drain_sub
 #: the FrameBuilder entries that go with Sender (the compiled Sender reads them from C)
 Entry: Callable[[bytes, bytes], _hotpath.Entry] = _module.Entry
 Sender: type[_hotpath.Sender] = cast(type[_hotpath.Sender], _module.Sender)
+#: the request side: open requests, their deadlines, and replies to them
+Inbox: type[_hotpath.Inbox] = cast(type[_hotpath.Inbox], _module.Inbox)
 
 
 def implementation() -> ModuleType:

@@ -400,3 +400,164 @@ def test_the_senders_take_any_bytes_like_frame() -> None:
         finally:
             wire.close()
     assert results[0] == results[1] == ([b"B\0\x01\0\0ba", b"B\0\x01\0\0mv"], 2, 14)
+
+
+# ---------------------------------------------------------------------- request side
+class FakeFuture:
+    """A first-reply waiter as the inboxes see it (done, set_result)."""
+
+    def __init__(self) -> None:
+        self.result: Any = None
+        self.sets = 0
+        self.cancelled = False
+
+    def done(self) -> bool:
+        return self.sets > 0 or self.cancelled
+
+    def set_result(self, msg: Any) -> None:
+        self.sets += 1
+        self.result = msg
+
+
+def _seen(msg: Any) -> Any:
+    """What a reply Message says (its fields, not its identity)."""
+    if msg is None:
+        return None
+    return (msg.frame, msg.subject, msg.kind, msg.reply, msg.payload, msg.data,
+            msg.received_at, msg.error)
+
+
+@st.composite
+def inbox_ops(draw: st.DrawFn) -> list[tuple[Any, ...]]:
+    ops: list[tuple[Any, ...]] = []
+    for _ in range(draw(st.integers(0, 40))):
+        op = draw(st.sampled_from(["open", "timed", "timed", "stream", "reply", "reply",
+                                   "reply", "junk", "close", "cancel", "due", "expire"]))
+        if op in ("open", "timed", "stream"):
+            ops.append((op, draw(st.floats(0, 20, allow_nan=False))))
+        elif op == "reply":
+            body = draw(st.binary(max_size=12))
+            head = draw(st.sampled_from([b"\0", b"\x01", b"\x04", b"\x81\xa9aoz.error"]))
+            ops.append((op, draw(st.integers(0, 45)), head + body))
+        elif op == "junk":
+            ops.append((op, draw(st.sampled_from(JUNK_SUBJECTS)), draw(st.binary(max_size=8))))
+        elif op in ("close", "cancel"):
+            ops.append((op, draw(st.integers(0, 45))))
+        else:
+            ops.append((op, draw(st.floats(0, 25, allow_nan=False))))
+    return ops
+
+
+# subjects a reply may come on that are not a handle of this inbox (or name serial 0)
+_PREFIX = b"_INBOX." + NODE.encode() + b"."
+JUNK_SUBJECTS = [
+    _PREFIX + b"0000000000000000", _PREFIX + b"000000000000000A", _PREFIX + b"00000000000000g1",
+    _PREFIX + b"000000000000001", _PREFIX + b"00000000000000011",
+    _PREFIX[:-1] + b"x0000000000000001",
+    make_handle(str(uuid.uuid4()), 1), b"_INBOX.x", b"", b"A",
+    _PREFIX + b"ffffffffffffffff", _PREFIX + b" 000000000000001",
+]
+
+
+def run_inbox(inbox_type: Any, ops: list[tuple[Any, ...]]) -> list[Any]:
+    """Put ``ops`` through an inbox; return everything it answered and left behind."""
+    from aoz.requests import ReplyStream
+
+    inbox = inbox_type(NODE, None)
+    out: list[Any] = []
+    waiters: dict[int, Any] = {}
+    for op in ops:
+        if op[0] in ("open", "timed"):
+            fut = FakeFuture()
+            if op[0] == "open":
+                serial, handle = inbox.open(fut, op[1])
+            else:
+                serial, handle = inbox.open_timed(fut, op[1], f"S{len(waiters)}", op[1] / 2)
+            waiters[serial] = fut
+            out.append((op[0], serial, handle, len(inbox), inbox.next_deadline()))
+        elif op[0] == "stream":
+            stream = ReplyStream("S", op[1], None, lambda: None)
+            serial, handle = inbox.open(stream, op[1] + 1.0)
+            waiters[serial] = stream
+            out.append(("stream", serial, handle, len(inbox)))
+        elif op[0] == "reply":
+            subject = make_handle(NODE, op[1]) if op[1] else _PREFIX + b"0" * 16
+            frame = encode_reply(subject, op[2]) if op[1] else subject + b"\0\x03\0" + op[2]
+            inbox.on_reply(subject, frame, 63, 5.0)
+            out.append(("reply", inbox.replies_dropped, len(inbox)))
+        elif op[0] == "junk":
+            frame = op[1] + b"\0\x03\0" + op[2]
+            inbox.on_reply(op[1], frame, len(op[1]) + 3, 5.0)
+            out.append(("junk", inbox.replies_dropped, len(inbox)))
+        elif op[0] == "close":
+            w = inbox.close(op[1])
+            out.append(("close", w is waiters.get(op[1]) if w is not None else None, len(inbox)))
+        elif op[0] == "cancel":  # the caller went away: its future is done, unanswered
+            w = waiters.get(op[1])
+            if isinstance(w, FakeFuture):
+                w.cancelled = True
+        elif op[0] == "due":
+            due = inbox.due(op[1])
+            out.append(("due", [(next(s for s, w in waiters.items() if w is f), subj, t)
+                                for f, subj, t in due], inbox.next_deadline()))
+        else:
+            gone = inbox.expire(op[1])
+            out.append(("expire", sorted(s for s, w in waiters.items()
+                                         if any(w is g for g in gone)), len(inbox)))
+    for serial, w in sorted(waiters.items()):
+        if isinstance(w, FakeFuture):
+            out.append((serial, w.sets, _seen(w.result)))
+        else:
+            out.append((serial, [_seen(m) for m in w._queue]))
+    out.append(("left", len(inbox), inbox.lookup(1) is not None, inbox.replies_dropped,
+                len(inbox.drain()), len(inbox), inbox.next_deadline()))
+    return out
+
+
+@compiled
+@settings(max_examples=int(os.environ.get("AOZ_TWIN_EXAMPLES", "300")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(ops=inbox_ops())
+def test_the_inboxes_answer_alike(ops: list[tuple[Any, ...]]) -> None:
+    """Opening, replies (to open, closed, timed-out and streamed requests, and junk),
+    deadlines, expiry and draining leave the same answers and waiters in both twins."""
+    assert run_inbox(_speedups.Inbox, ops) == run_inbox(_hotpath.Inbox, ops)
+
+
+@pytest.mark.parametrize("inbox_type", [
+    _hotpath.Inbox, pytest.param(getattr(_speedups, "Inbox", None), marks=compiled),
+], ids=["pure", "compiled"])
+def test_an_inbox_keeps_its_deadline_heap_near_its_open_requests(inbox_type: Any) -> None:
+    """Finished requests leave their deadlines in the heap until they are due or
+    outnumber the open ones (then the heap is rebuilt): thousands of answered requests
+    never pile up, and an open request's deadline is never lost."""
+    inbox = inbox_type(NODE, None)
+    keep = FakeFuture()
+    serial, _ = inbox.open_timed(keep, 1.0, "S", 1.0)
+    for i in range(5000):
+        fut = FakeFuture()
+        s, _ = inbox.open_timed(fut, 100.0 + i, "S", 1.0)
+        inbox.close(s)
+        fut.set_result(None)
+        assert inbox.deadlines <= 2 * (len(inbox) + 1) + 64  # the one just closed counted
+    assert inbox.next_deadline() == 1.0
+    assert inbox.due(0.5) == []
+    assert inbox.due(1.0) == [(keep, "S", 1.0)]
+    assert inbox.lookup(serial) is keep  # due() does not close: the caller does
+    assert inbox.due(10_000.0) == []  # everything else was answered
+    assert inbox.next_deadline() is None
+
+
+def test_a_reply_handle_round_trips_through_both_inboxes() -> None:
+    from aoz.protocol.frames import parse_handle
+
+    for inbox_type in filter(None, [_hotpath.Inbox, getattr(_speedups, "Inbox", None)]):
+        inbox = inbox_type(NODE, None)
+        inbox._next = 2**64 - 2  # the last serials, then the wrap to 1
+        got = []
+        for _ in range(3):
+            serial, handle = inbox.open(object(), 0.0)
+            assert handle == make_handle(NODE, serial)
+            assert parse_handle(handle) == (NODE, serial)
+            got.append(serial)
+        assert got == [2**64 - 2, 2**64 - 1, 1]
