@@ -28,7 +28,7 @@ import msgspec
 
 from ..protocol.frames import decode_frame
 from ..protocol.subjects import MAX_SUBJECT
-from .schema import _SEQ_HEAD, _SEQ_MSGPACK, Column, _decoder, assemble, build_tables
+from .schema import SEQ_HEAD, SEQ_MSGPACK, Column, assemble, build_tables, decoder
 
 __all__ = ["FrameBatch", "pack", "rows_of", "tables_from_frames"]
 
@@ -106,20 +106,20 @@ def _bulk(batch: FrameBatch, decoded: tuple[Column, ...]) -> tuple[dict[str, Any
     p = nul + 3  # each payload
     if (
         int(sub_len.min()) < 1 or int(sub_len.max()) > MAX_SUBJECT
-        or int((ends - p).min()) < _SEQ_HEAD
+        or int((ends - p).min()) < SEQ_HEAD
     ):  # fmt: skip
         return None
     if not (
         bool((buf[nul + 1] == _PUBLISH).all()) and bool((buf[nul + 2] == 0).all())
-        and bool((buf[p] == _SEQ_MSGPACK).all())
+        and bool((buf[p] == SEQ_MSGPACK).all())
     ):  # fmt: skip
         return None
-    head = (p + 1)[:, None] + np.arange(_SEQ_HEAD - 1)  # publisher id and number, per row
+    head = (p + 1)[:, None] + np.arange(SEQ_HEAD - 1)  # publisher id and number, per row
     ids = np.ascontiguousarray(buf[head[:, :8]]).view("<u8").ravel()
     seqs = np.ascontiguousarray(buf[head[:, 8:]]).view("<u4").ravel()
     # The payload column keeps, of each frame, the last byte of the sequence header (made
     # the codec byte) and the body: a byte mask of alternating runs, cut and kept.
-    last = p + _SEQ_HEAD - 1
+    last = p + SEQ_HEAD - 1
     payload_blob = buf[_runs(last - starts, ends - last, np)]
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(ends - last, out=offsets[1:])
@@ -130,7 +130,7 @@ def _bulk(batch: FrameBatch, decoded: tuple[Column, ...]) -> tuple[dict[str, Any
     array32[:5] = np.frombuffer(b"\xdd" + n.to_bytes(4, "big"), dtype=np.uint8)
     array32[5:] = payload_blob[body]
     try:
-        fields: list[Any] = _decoder(decoded).msgpack.decode(array32.data)
+        fields: list[Any] = decoder(decoded).msgpack.decode(array32.data)
     except (msgspec.DecodeError, ValueError, RecursionError):
         return None  # the row-by-row path finds and counts the bad ones
     if len(fields) != n:  # pragma: no cover - n bodies in, n rows out

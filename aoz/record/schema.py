@@ -310,11 +310,12 @@ class _Decoded:
 
 _DECODERS: dict[tuple[Column, ...], _Decoded] = {}
 _BYTES: Final = [bytes((i,)) for i in range(256)]
-_SEQ_MSGPACK: Final = 0x01 | FLAG  # msgpack with a sequence header, no header block
-_SEQ_HEAD: Final = 13  # its first byte, publisher id and number (aoz.protocol.sequence)
+SEQ_MSGPACK: Final = 0x01 | FLAG  # msgpack with a sequence header, no header block
+SEQ_HEAD: Final = 13  # its first byte, publisher id and number (aoz.protocol.sequence)
 
 
-def _decoder(decoded: tuple[Column, ...]) -> _Decoded:
+def decoder(decoded: tuple[Column, ...]) -> _Decoded:
+    """The bulk decoder of the fields a recording with ``decoded`` columns reads (cached)."""
     d = _DECODERS.get(decoded)
     if d is None:
         if len(_DECODERS) > 32:
@@ -392,7 +393,7 @@ def build_tables(
     if not rows:
         return {}, 0
     subjects, received, payloads = (list(c) for c in zip(*rows, strict=True))
-    dec = _decoder(decoded)
+    dec = decoder(decoded)
     bulk = _bulk_sequenced_msgpack(payloads, dec)
     if bulk is not None:  # one aoz feed: every payload sequenced msgpack (the common case)
         fields, publisher, publisher_seq, payload_array = bulk
@@ -432,7 +433,7 @@ def assemble(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    dec = _decoder(decoded)
+    dec = decoder(decoded)
 
     def col(name: str) -> list[Any]:
         return list(map(attrgetter(dec.attr[name]), fields))
@@ -556,15 +557,15 @@ def _bulk_sequenced_msgpack(
 
     n = len(payloads)
     lens = np.fromiter(map(len, payloads), dtype=np.int64, count=n)
-    if n == 0 or int(lens.min()) < _SEQ_HEAD:
+    if n == 0 or int(lens.min()) < SEQ_HEAD:
         return None
     blob = b"".join(payloads)
     buf = np.frombuffer(blob, dtype=np.uint8)
     ends = np.cumsum(lens)
     starts = ends - lens
-    if not bool((buf[starts] == _SEQ_MSGPACK).all()):
+    if not bool((buf[starts] == SEQ_MSGPACK).all()):
         return None
-    head = starts[:, None] + np.arange(1, _SEQ_HEAD)  # publisher id and number, per row
+    head = starts[:, None] + np.arange(1, SEQ_HEAD)  # publisher id and number, per row
     ids = np.ascontiguousarray(buf[head[:, :8]]).view("<u8").ravel()
     seqs = np.ascontiguousarray(buf[head[:, 8:]]).view("<u4").ravel()
     keep = np.ones(len(buf), dtype=bool)
@@ -580,7 +581,7 @@ def _bulk_sequenced_msgpack(
     if len(fields) != n:  # pragma: no cover - n bodies in, n rows out
         return None
     offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lens - (_SEQ_HEAD - 1), out=offsets[1:])
+    np.cumsum(lens - (SEQ_HEAD - 1), out=offsets[1:])
     if offsets[-1] >= 2**31:
         return None
     payload_blob[offsets[:-1]] = 0x01  # the codec byte without the sequence flag
