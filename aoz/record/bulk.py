@@ -129,8 +129,11 @@ def _bulk(batch: FrameBatch, decoded: tuple[Column, ...]) -> tuple[dict[str, Any
     array32 = np.empty(5 + len(payload_blob) - n, dtype=np.uint8)  # one msgpack array
     array32[:5] = np.frombuffer(b"\xdd" + n.to_bytes(4, "big"), dtype=np.uint8)
     array32[5:] = payload_blob[body]
+    dec = decoder(decoded)
     try:
-        fields: list[Any] = decoder(decoded).msgpack.decode(array32.data)
+        if not np.array_equal(dec.spans(1, array32.data), ends - last - 1):
+            return None  # a body that is not one msgpack value (see _Decoded.spans)
+        fields: list[Any] = dec.msgpack.decode(array32.data)
     except (msgspec.DecodeError, ValueError, RecursionError):
         return None  # the row-by-row path finds and counts the bad ones
     if len(fields) != n:  # pragma: no cover - n bodies in, n rows out

@@ -268,6 +268,16 @@ class _Decoded:
         self.json = msgspec.json.Decoder(list[self.row])  # type: ignore[name-defined]
         self.one_msgpack = msgspec.msgpack.Decoder(self.row)
         self.one_json = msgspec.json.Decoder(self.row)
+        self.msgpack_spans = msgspec.msgpack.Decoder(list[msgspec.Raw])
+        self.json_spans = msgspec.json.Decoder(list[msgspec.Raw])
+
+    def spans(self, codec: int, joined: Any) -> list[int]:
+        """The length of each element of a joined array, as the decoder reads it: a body
+        is decoded alone in a batch only if its element is exactly the body (a truncated
+        body followed by one with trailing bytes would otherwise borrow them, and the
+        batch would still give one value per body). Raises like the decoder."""
+        raws = (self.msgpack_spans if codec == 1 else self.json_spans).decode(joined)
+        return list(map(len, raws))
 
     def decode(self, codec: int, bodies: list[bytes]) -> tuple[list[Any], int]:
         """Each body's fields (the empty row for a body that is not a map), and errors.
@@ -279,12 +289,12 @@ class _Decoded:
         n = len(bodies)
         try:
             if codec == 1:
-                rows: list[Any] = self.msgpack.decode(
-                    b"".join((b"\xdd", n.to_bytes(4, "big"), *bodies))
-                )
+                joined = b"".join((b"\xdd", n.to_bytes(4, "big"), *bodies))
             else:
-                rows = self.json.decode(b"[" + b",".join(bodies) + b"]")
-            return rows, 0
+                joined = b"[" + b",".join(bodies) + b"]"
+            if self.spans(codec, joined) == list(map(len, bodies)):
+                rows: list[Any] = (self.msgpack if codec == 1 else self.json).decode(joined)
+                return rows, 0
         except (msgspec.DecodeError, ValueError, RecursionError):  # hostile nesting too
             pass
         one = self.one_msgpack if codec == 1 else self.one_json
@@ -572,10 +582,11 @@ def _bulk_sequenced_msgpack(
     keep[head.ravel()] = False
     payload_blob = buf[keep]  # each payload: its codec byte and body
     keep[starts] = False
+    joined = b"".join((b"\xdd", n.to_bytes(4, "big"), buf[keep].tobytes()))
     try:
-        fields: list[Any] = dec.msgpack.decode(
-            b"".join((b"\xdd", n.to_bytes(4, "big"), buf[keep].tobytes()))
-        )
+        if not np.array_equal(dec.spans(1, joined), lens - SEQ_HEAD):
+            return None  # a body that is not one msgpack value: found row by row
+        fields: list[Any] = dec.msgpack.decode(joined)
     except (msgspec.DecodeError, ValueError, RecursionError):
         return None
     if len(fields) != n:  # pragma: no cover - n bodies in, n rows out

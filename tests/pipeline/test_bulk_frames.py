@@ -119,6 +119,21 @@ def test_every_other_batch_takes_the_row_by_row_path() -> None:
     assert assert_same([*good, bad_body], times, bulk_path=False) == 1
 
 
+def test_a_truncated_body_cannot_borrow_the_next_ones_bytes() -> None:
+    """Joined, a map that lacks its pair and a body with one value too many read as two
+    values; alone, each is malformed: both are counted, in bulk and row by row."""
+    good = feed(20)
+    b = FrameBuilder(Codec.MSGPACK, publisher=9)
+    heads = [f[: f.index(b"\0") + 3 + 13] for f in (b.publish("T.A", 0), b.publish("T.A", 0))]
+    short = heads[0] + b"\x82\xa3seq\x01"  # a map of two pairs that has one
+    extra = heads[1] + b"\xa6symbol\xa1Z\x80"  # the other pair, then an empty map
+    frames = [*good[:5], short, extra, *good[5:]]
+    assert assert_same(frames, [T0] * len(frames), bulk_path=False) == 2
+    (table,) = bulk.tables_from_frames(bulk.pack(frames, [T0] * len(frames)), COLS)[0].values()
+    assert table.column("sequence").to_pylist()[5:7] == [None, None]
+    assert table.column("symbol").to_pylist()[5:7] == [None, None]
+
+
 def test_pack_refuses_times_that_do_not_match_the_frames() -> None:
     with pytest.raises(ValueError, match="2 frames but 1 receive times"):
         bulk.pack([b"a", b"b"], [1.0])
