@@ -24,7 +24,7 @@ def test_recorder_benchmark_smoke() -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for writer in ("thread", "process"):
-        assert f"recorder ({writer} writer) : publisher =" in proc.stdout, proc.stdout
+        assert f"recorder ({writer} writer) ratio : publisher =" in proc.stdout, proc.stdout
     assert "recorder-process CPU per million rows written" in proc.stdout
     results = json.loads((ROOT / "benchmarks" / "out" / "pipeline-recorder.json").read_text())
     assert sorted(r["writer"] for r in results) == ["process", "thread"]
