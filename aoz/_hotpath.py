@@ -13,7 +13,8 @@ The contract, which neither twin steps outside of:
 - a drain reads and writes a :class:`ReceiveSide` (:class:`aoz.receive.Receiver`): its
   routing table, responder, reply callback, the sequence tracker's ``last_seen`` table,
   its ``holds`` flag and counters, and its three methods for the uncommon cases;
-- a subscription is read for ``blocking`` and fed with ``push``/``push_many``;
+- a subscription is read for ``blocking`` (then asked for its ``room()`` once per
+  drain) and fed with ``push``/``push_many``;
 - a :class:`Sender` reads its :class:`FrameSource` (:class:`aoz.protocol.builder.
   FrameBuilder`): ``entries`` (a subject's cached prefix and sequence number),
   ``publisher``, ``publish`` and ``publish_many``; it sends on ``pub``;
@@ -115,8 +116,10 @@ def drain_sub(rx: ReceiveSide, sock: zmq.Socket[bytes]) -> int:
 
     A publish frame on a subject seen before costs one parse, one slice, one dict
     lookup and one Message; messages are collected per subscription and handed over
-    with one ``push_many`` each at the end (a subscription with ``overflow="block"``
-    takes them one at a time, so that the drain stops at the frame that fills it).
+    with one ``push_many`` each at the end. A subscription with ``overflow="block"``
+    is asked for its ``room()`` once per drain and given at most that many in its
+    batch: the drain stops at the frame that fills it (a message that may be packed,
+    or any message when ``room()`` is 0, is ``push``-ed at once instead).
     """
     recv = sock.recv
     noblock = zmq.NOBLOCK
@@ -128,11 +131,13 @@ def drain_sub(rx: ReceiveSide, sock: zmq.Socket[bytes]) -> int:
     unpack = PACK.unpack_from
     last_seen = rx.last_seen
     pending: dict[Subscription, list[Message]] = {}
+    budget: dict[Subscription, int] = {}  # what each blocking subscription may still take
+    full = False  # a blocking subscription is full once this drain's batches are in
     now = time.time()
     n = 0
     nbytes = 0
     try:
-        while n < BATCH and not rx.holds:
+        while n < BATCH and not rx.holds and not full:
             frame = recv(noblock)
             n += 1
             nbytes += len(frame)
@@ -160,17 +165,33 @@ def drain_sub(rx: ReceiveSide, sock: zmq.Socket[bytes]) -> int:
                             rx.sequence(sb, pid, seq, msg, subs)
                     for s in subs:
                         if s.blocking:
-                            s.push(msg)
+                            # a blocking subscription takes up to room() messages as one
+                            # batch, and the drain stops at the frame that fills it; a
+                            # message that may be packed (its rows are queued whole), or
+                            # room() 0, is pushed at once, in order
+                            left = budget.get(s)
+                            if left is None:
+                                left = s.room()
+                            if left <= 0 or data == start:
+                                if pending:
+                                    _hand_over(pending)
+                                s.push(msg)
+                                budget.pop(s, None)  # its room changed: asked again
+                                continue
+                            left -= 1
+                            budget[s] = left
+                            if not left:
+                                full = True
+                        queued = pending.get(s)
+                        if queued is None:
+                            pending[s] = [msg]
                         else:
-                            queued = pending.get(s)
-                            if queued is None:
-                                pending[s] = [msg]
-                            else:
-                                queued.append(msg)
+                            queued.append(msg)
             else:
                 if pending:  # keep each subscription's messages in arrival order
                     _hand_over(pending)
                 rx.other_frame(frame, now)
+                budget.clear()  # it may have pushed: rooms are asked again
     except zmq.Again:
         pass
     except zmq.ZMQError as exc:

@@ -133,6 +133,10 @@ def drain_sub(plane, sock):
     on_reply = plane.on_reply
     cdef dict last_seen = plane.last_seen
     cdef dict pending = {}
+    cdef dict budget = {}  # what each blocking subscription may still take
+    cdef bint full = False  # a blocking subscription is full once the batches are in
+    cdef Py_ssize_t left
+    cdef Py_ssize_t last_left = -1  # last_sub's room left (-1: not blocking)
     cdef object last_sub = None
     cdef list last_msgs = None
     cdef list queued
@@ -151,7 +155,7 @@ def drain_sub(plane, sock):
     cdef uint32_t seq
     now = _clock()
     try:
-        while n < _BATCH and not plane.holds:
+        while n < _BATCH and not full and not plane.holds:
             frame = recv(_NOBLOCK)
             n += 1
             flen = PyBytes_GET_SIZE(frame)
@@ -164,9 +168,13 @@ def drain_sub(plane, sock):
             if kind == 0:  # anything malformed: decode_frame says what, and it is counted
                 if pending:  # keep each subscription's messages in arrival order
                     _hand_over(pending)
+                    if last_left >= 0:
+                        budget[last_sub] = last_left
                     last_sub = None
                     last_msgs = None
+                    last_left = -1
                 plane.other_frame(frame, now)
+                budget.clear()  # it may have pushed: rooms are asked again
                 continue
             # a publication or a request: routed by its subject, queued alike
             sb = PyBytes_FromStringAndSize(<const char*>buf, nul)
@@ -201,24 +209,48 @@ def drain_sub(plane, sock):
                         plane.sequence(sb, pid, seq, msg, subs)
             else:
                 start = nul + 3 + _HANDLE_LEN
+                data = _data_start(buf, flen, start)
                 reply = PyUnicode_DecodeASCII(<const char*>buf + nul + 2, _HANDLE_LEN, NULL)
-                msg = _Message(frame, nul, start, _data_start(buf, flen, start),
-                               _REQUEST_KIND, reply, now, responder)
+                msg = _Message(frame, nul, start, data, _REQUEST_KIND, reply, now, responder)
             for s in subs:
-                if s is last_sub:
+                if s is last_sub and (last_left < 0 or (data != start
+                                                        and kind == _PUBLISH_BYTE)):
                     last_msgs.append(msg)
-                elif s.blocking:
-                    s.push(msg)
+                    if last_left > 0:  # a blocking subscription's room, counted down
+                        last_left -= 1
+                        if last_left == 0:
+                            full = True
+                    continue
+                if last_left >= 0:  # keep the count of the one we leave
+                    budget[last_sub] = last_left
+                left = -1  # no bound: not a blocking subscription
+                if s.blocking:
+                    # up to room() messages as one batch; the drain stops at the frame
+                    # that fills it; maybe packed, or room() 0: pushed at once, in order
+                    found = PyDict_GetItem(budget, s)
+                    left = <Py_ssize_t>(<object>found) if found != NULL else s.room()
+                    if left <= 0 or data == start or kind != _PUBLISH_BYTE:
+                        if pending:
+                            _hand_over(pending)
+                        last_sub = None
+                        last_msgs = None
+                        last_left = -1
+                        s.push(msg)
+                        budget.pop(s, None)  # its room changed: asked again
+                        continue
+                    left -= 1
+                    if left == 0:
+                        full = True
+                found = PyDict_GetItem(pending, s)
+                if found == NULL:
+                    queued = [msg]
+                    pending[s] = queued
                 else:
-                    found = PyDict_GetItem(pending, s)
-                    if found == NULL:
-                        queued = [msg]
-                        pending[s] = queued
-                    else:
-                        queued = <list>found
-                        queued.append(msg)
-                    last_sub = s
-                    last_msgs = queued
+                    queued = <list>found
+                    queued.append(msg)
+                last_sub = s
+                last_msgs = queued
+                last_left = left
     except _Again:
         pass
     except _ZMQError as exc:
