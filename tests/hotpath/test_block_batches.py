@@ -11,8 +11,7 @@ import zmq
 
 from aoz.hotpath import drain_sub
 from aoz.message import Message, data_start
-from aoz.protocol.frames import Kind
-from aoz.protocol.frames import encode_publish
+from aoz.protocol.frames import Kind, encode_publish
 from aoz.protocol.packed import pack_rows
 from aoz.protocol.sequence import encode_header
 from aoz.protocol.subjects import compile_pattern
