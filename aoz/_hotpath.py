@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 #: bump with any change to the twins' contract (the compiled module's ABI must match)
-ABI: Final = 9
+ABI: Final = 10
 BATCH: Final = 1024  # frames drained per wake-up before other callbacks run
 COPY_THRESHOLD: Final = 65536  # larger frames are sent zero-copy
 YIELD_EVERY: Final = 256  # publishes between forced yields of `await node.publish`
@@ -214,6 +214,7 @@ class Sender:
     """The send side of the hot path: one node's publish frames and their counters.
 
     ``publish`` builds a publish frame with the node's frame builder and sends it;
+    ``offer`` does the same but hands back a frame ZeroMQ would not take now;
     ``build`` only builds it; ``send`` sends a ready frame. With ``send_policy="drop"``
     ZeroMQ never refuses (a full subscriber queue drops for that subscriber); with
     ``"block"`` a full queue raises :class:`WouldBlock`. ``due`` counts one publish
@@ -239,6 +240,18 @@ class Sender:
     def build(self, subject: str, data: object, codec: Codec | None) -> bytes:
         """The next publish frame of ``subject`` (numbered), not sent."""
         return self._builder.publish(subject, data, codec)
+
+    def offer(self, subject: str, data: object, codec: Codec | None) -> bool | bytes:
+        """Build and send one publish if ZeroMQ takes it now (``send_policy="block"``):
+        False when sent, True when sent and the caller should yield (as ``publish``),
+        and the frame itself, numbered and not sent, when a subscriber's queue is full
+        (the caller waits for room and sends it: ``await node.publish``)."""
+        frame = self._builder.publish(subject, data, codec)
+        try:
+            self.send(frame)
+        except WouldBlock:
+            return frame
+        return self.due()
 
     def due(self) -> bool:
         """Count one publish; True when the caller should yield to the loop."""

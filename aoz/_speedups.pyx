@@ -15,12 +15,14 @@ twin's.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.object cimport PyObject_GetAttr
 from cpython.dict cimport PyDict_GetItem
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.string cimport memchr, memcpy
 
+import os
 import time
 
 import zmq
@@ -30,7 +32,7 @@ from .errors import TransportError, WouldBlock
 from .message import Message
 from .protocol.frames import Kind
 
-ABI = 9
+ABI = 10
 BATCH = 1024
 #: the protocol's numbers built in below; aoz.hotpath checks them against aoz._hotpath's
 CONSTANTS = {"BATCH": BATCH, "MAX_SUBJECT": 256, "HEADER_LEN": 13, "AOZ_CODEC_IDS": 4,
@@ -56,6 +58,132 @@ cdef uint8_t _HEADERS = CONSTANTS["HEADERS_FLAG"]  # aoz.protocol.headers
 cdef Py_ssize_t _COPY_THRESHOLD = CONSTANTS["COPY_THRESHOLD"]  # aoz._hotpath
 cdef unsigned int _YIELD_EVERY = CONSTANTS["YIELD_EVERY"]  # aoz._hotpath
 cdef Py_ssize_t _HANDLE_LEN = CONSTANTS["HANDLE_LEN"]  # aoz.protocol.frames
+
+
+# ---------------------------------------------------------------------- libzmq, directly
+# The frames of the hot path go to and from libzmq without pyzmq's Python-level call
+# (argument parsing, a release of the GIL around a call that cannot block): through the
+# libzmq pyzmq itself loaded, found by its symbols in pyzmq's own extension module and
+# the libraries it links (dlopen with RTLD_NOLOAD: nothing new is ever loaded). Where
+# they cannot be found (another pyzmq backend, a platform without dlopen, a libzmq whose
+# version differs from the one pyzmq reports), or AOZ_LIBZMQ_DIRECT=0, every call goes
+# through pyzmq as before. Any error but EAGAIN is left to pyzmq too (it raises it).
+cdef extern from *:
+    """
+    typedef struct { unsigned char _[64]; } __attribute__((aligned(8))) aoz_zmq_msg_t;
+    typedef int (*aoz_zmq_msg_init_t)(aoz_zmq_msg_t*);
+    typedef int (*aoz_zmq_msg_init_size_t)(aoz_zmq_msg_t*, size_t);
+    typedef int (*aoz_zmq_msg_io_t)(aoz_zmq_msg_t*, void*, int);
+    typedef int (*aoz_zmq_msg_close_t)(aoz_zmq_msg_t*);
+    typedef void* (*aoz_zmq_msg_data_t)(aoz_zmq_msg_t*);
+    typedef size_t (*aoz_zmq_msg_size_t)(const aoz_zmq_msg_t*);
+    typedef int (*aoz_zmq_errno_t)(void);
+    """
+    ctypedef struct aoz_zmq_msg_t:
+        pass
+    ctypedef int (*aoz_zmq_msg_init_t)(aoz_zmq_msg_t*) noexcept nogil
+    ctypedef int (*aoz_zmq_msg_init_size_t)(aoz_zmq_msg_t*, size_t) noexcept nogil
+    ctypedef int (*aoz_zmq_msg_io_t)(aoz_zmq_msg_t*, void*, int) noexcept nogil
+    ctypedef int (*aoz_zmq_msg_close_t)(aoz_zmq_msg_t*) noexcept nogil
+    ctypedef void* (*aoz_zmq_msg_data_t)(aoz_zmq_msg_t*) noexcept nogil
+    ctypedef size_t (*aoz_zmq_msg_size_t)(const aoz_zmq_msg_t*) noexcept nogil
+    ctypedef int (*aoz_zmq_errno_t)() noexcept nogil
+
+cdef aoz_zmq_msg_init_t _z_init = NULL
+cdef aoz_zmq_msg_init_size_t _z_init_size = NULL
+cdef aoz_zmq_msg_io_t _z_send = NULL
+cdef aoz_zmq_msg_io_t _z_recv = NULL
+cdef aoz_zmq_msg_close_t _z_close = NULL
+cdef aoz_zmq_msg_data_t _z_data = NULL
+cdef aoz_zmq_msg_size_t _z_size = NULL
+cdef aoz_zmq_errno_t _z_errno = NULL
+cdef int _EAGAIN = zmq.EAGAIN
+cdef bint _direct = False
+#: pyzmq's socket methods; a socket whose type has others (a wrapper that checks what
+#: it reads) is called through its own
+cdef object _plain_recv = zmq.Socket.recv
+cdef object _backend_socket = getattr(zmq.backend, "Socket", zmq.Socket)
+cdef object _UNDERLYING = "underlying"
+cdef object _CLOSED = "_closed"
+
+
+def _libzmq_functions():
+    """The addresses of the libzmq functions the hot path calls, from the libzmq pyzmq
+    loaded, or None (the reason is logged at debug by aoz.hotpath)."""
+    if os.environ.get("AOZ_LIBZMQ_DIRECT", "") in ("0", "no", "false"):
+        return None, "AOZ_LIBZMQ_DIRECT=0"
+    import ctypes
+    try:
+        from zmq.backend.cython import _zmq
+        path = _zmq.__file__
+        noload = getattr(os, "RTLD_NOLOAD", None)
+        if not path or noload is None:
+            return None, "pyzmq's Cython backend or RTLD_NOLOAD is not available"
+        lib = ctypes.CDLL(path, mode=noload | os.RTLD_LAZY | ctypes.RTLD_LOCAL)
+        major, minor, patch = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+        version = lib.zmq_version
+        version.restype = None
+        version(ctypes.byref(major), ctypes.byref(minor), ctypes.byref(patch))
+        if (major.value, minor.value, patch.value) != zmq.zmq_version_info():
+            return None, "the libzmq found is not the one pyzmq reports"
+        if major.value != 4:
+            return None, f"libzmq {major.value}: the message layout is libzmq 4's"
+        names = ("zmq_msg_init", "zmq_msg_init_size", "zmq_msg_send", "zmq_msg_recv",
+                 "zmq_msg_close", "zmq_msg_data", "zmq_msg_size", "zmq_errno")
+        return {n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in names}, ""
+    except (OSError, AttributeError, ImportError, TypeError) as exc:
+        return None, f"libzmq's functions were not found ({exc})"
+
+
+def _bind_libzmq():
+    global _z_init, _z_init_size, _z_send, _z_recv, _z_close, _z_data, _z_size, _z_errno
+    global _direct
+    found, why = _libzmq_functions()
+    if found is None or not all(found.values()):
+        return why or "a libzmq function has no address"
+    _z_init = <aoz_zmq_msg_init_t><size_t>found["zmq_msg_init"]
+    _z_init_size = <aoz_zmq_msg_init_size_t><size_t>found["zmq_msg_init_size"]
+    _z_send = <aoz_zmq_msg_io_t><size_t>found["zmq_msg_send"]
+    _z_recv = <aoz_zmq_msg_io_t><size_t>found["zmq_msg_recv"]
+    _z_close = <aoz_zmq_msg_close_t><size_t>found["zmq_msg_close"]
+    _z_data = <aoz_zmq_msg_data_t><size_t>found["zmq_msg_data"]
+    _z_size = <aoz_zmq_msg_size_t><size_t>found["zmq_msg_size"]
+    _z_errno = <aoz_zmq_errno_t><size_t>found["zmq_errno"]
+    _direct = True
+    return ""
+
+
+#: why libzmq is called through pyzmq ("" when the hot path calls it directly)
+LIBZMQ_FALLBACK = _bind_libzmq()
+#: whether the hot path calls libzmq directly (see above)
+LIBZMQ_DIRECT = _direct
+
+
+cdef inline void* _handle_of(object sock) except? NULL:
+    """The libzmq socket behind ``sock`` for a direct call, or NULL: not a plain open
+    pyzmq socket (a closed one is left to pyzmq, which raises what it raises)."""
+    if not _direct or not isinstance(sock, _backend_socket):
+        return NULL
+    if PyObject_GetAttr(sock, _CLOSED):
+        return NULL
+    return <void*><size_t>PyObject_GetAttr(sock, _UNDERLYING)
+
+
+cdef inline object _recv_direct(void* handle):
+    """One frame off ``handle`` (non-blocking) as bytes; None when none is waiting;
+    False on any other error (the caller asks pyzmq, which raises it)."""
+    cdef aoz_zmq_msg_t msg
+    cdef int rc
+    cdef object frame
+    _z_init(&msg)
+    rc = _z_recv(&msg, handle, _NOBLOCK)
+    if rc < 0:
+        rc = _z_errno()
+        _z_close(&msg)
+        return None if rc == _EAGAIN else False
+    frame = PyBytes_FromStringAndSize(<const char*>_z_data(&msg), <Py_ssize_t>_z_size(&msg))
+    _z_close(&msg)
+    return frame
 
 
 cdef inline uint64_t _u64(const uint8_t* p) noexcept:
@@ -127,6 +255,10 @@ cdef void _hand_over(dict pending) except *:
 def drain_sub(plane, sock):
     """Drain up to ``BATCH`` frames of the data SUB (see ``aoz._hotpath.drain_sub``)."""
     recv = sock.recv
+    # libzmq directly for a plain pyzmq socket (see _handle_of); re-checked whenever
+    # code outside the drain ran (a callback could have closed the node)
+    cdef void* handle = _handle_of(sock) if type(sock).recv is _plain_recv else NULL
+    cdef bint other = False
     routes = plane.routes
     cdef dict cache = routes.cache
     responder = plane.responder
@@ -156,7 +288,17 @@ def drain_sub(plane, sock):
     now = _clock()
     try:
         while n < _BATCH and not full and not plane.holds:
-            frame = recv(_NOBLOCK)
+            if handle != NULL:
+                if other:  # code outside the drain ran: is the socket still open?
+                    handle = _handle_of(sock)
+                    other = False
+            if handle != NULL:
+                got = _recv_direct(handle)
+                if got is None:  # nothing waiting (EAGAIN)
+                    break
+                frame = recv(_NOBLOCK) if got is False else <bytes>got  # errors: pyzmq's
+            else:
+                frame = recv(_NOBLOCK)
             n += 1
             flen = PyBytes_GET_SIZE(frame)
             nbytes += flen
@@ -164,6 +306,7 @@ def drain_sub(plane, sock):
             kind = _frame_kind(buf, flen, &nul)
             if kind == _REPLY:  # a reply to one of our requests (or not: on_reply says)
                 on_reply(PyBytes_FromStringAndSize(<const char*>buf, nul), frame, nul + 3, now)
+                other = True
                 continue
             if kind == 0:  # anything malformed: decode_frame says what, and it is counted
                 if pending:  # keep each subscription's messages in arrival order
@@ -174,6 +317,7 @@ def drain_sub(plane, sock):
                     last_msgs = None
                     last_left = -1
                 plane.other_frame(frame, now)
+                other = True
                 budget.clear()  # it may have pushed: rooms are asked again
                 continue
             # a publication or a request: routed by its subject, queued alike
@@ -205,8 +349,10 @@ def drain_sub(plane, sock):
                             st[1] = seq
                         else:
                             plane.sequence(sb, pid, seq, msg, subs)
+                            other = True
                     else:
                         plane.sequence(sb, pid, seq, msg, subs)
+                        other = True
             else:
                 start = nul + 3 + _HANDLE_LEN
                 data = _data_start(buf, flen, start)
@@ -236,6 +382,7 @@ def drain_sub(plane, sock):
                         last_msgs = None
                         last_left = -1
                         s.push(msg)
+                        other = True
                         budget.pop(s, None)  # its room changed: asked again
                         continue
                     left -= 1
@@ -294,6 +441,8 @@ cdef class Sender:
     cdef unsigned long long _messages
     cdef unsigned long long _bytes
     cdef unsigned int _since_yield
+    cdef object _handle_pub  # the pub whose libzmq socket _handle is
+    cdef void* _handle
 
     def __init__(self, builder):
         self._builder = builder
@@ -324,6 +473,7 @@ cdef class Sender:
         cdef Py_ssize_t total
         cdef PyObject* found
         cdef Entry entry
+        cdef object out
         if codec is None and type(data) is bytes and self.pub is not None:
             found = PyDict_GetItem(self._entries, subject)
             if found != NULL and type(<object>found) is Entry:
@@ -331,10 +481,94 @@ cdef class Sender:
                 total = (PyBytes_GET_SIZE(entry.prefix) + PyBytes_GET_SIZE(<bytes>data)
                          + (4 if self._sequenced else 0))
                 if total < _COPY_THRESHOLD:
+                    out = self._direct(entry, <bytes>data, total)
+                    if out is None:
+                        return self.due()
+                    if out is not False:  # numbered, not sent: as send() refuses
+                        raise _would_block()
                     self.send(self._frame(entry, <bytes>data))
                     return self.due()
         self.send(self._builder.publish(subject, data, codec))
         return self.due()
+
+    def offer(self, subject, data, codec):
+        """Build and send one publish if ZeroMQ takes it now (see the pure twin):
+        False when sent, True when sent and the caller should yield, the frame (numbered,
+        not sent) when a subscriber's queue is full."""
+        cdef Py_ssize_t total
+        cdef PyObject* found
+        cdef Entry entry
+        cdef object out
+        if codec is None and type(data) is bytes and self.pub is not None:
+            found = PyDict_GetItem(self._entries, subject)
+            if found != NULL and type(<object>found) is Entry:
+                entry = <Entry>found
+                total = (PyBytes_GET_SIZE(entry.prefix) + PyBytes_GET_SIZE(<bytes>data)
+                         + (4 if self._sequenced else 0))
+                if total < _COPY_THRESHOLD:
+                    out = self._direct(entry, <bytes>data, total)
+                    if out is None:
+                        return self.due()
+                    if out is not False:
+                        return out
+        frame = self.build(subject, data, codec)
+        try:
+            self.send(frame)
+        except WouldBlock:
+            return frame
+        return self.due()
+
+    cdef void* _live_handle(self) except? NULL:
+        """The libzmq socket of ``pub`` for a direct send, or NULL (see _handle_of)."""
+        cdef object pub = self.pub
+        if not _direct or pub is None:
+            return NULL
+        if pub is not self._handle_pub:
+            self._handle = _handle_of(pub)
+            self._handle_pub = pub
+        if self._handle == NULL or PyObject_GetAttr(pub, _CLOSED):
+            return NULL
+        return self._handle
+
+    cdef object _direct(self, Entry entry, bytes payload, Py_ssize_t total):
+        """Build the publish frame of ``payload`` in a libzmq message and send it: None
+        when sent (numbered, counted), the frame as bytes when ZeroMQ would block
+        (numbered, not sent), False when libzmq cannot be called directly or fails
+        otherwise (nothing numbered: the caller goes through pyzmq)."""
+        cdef void* handle = self._live_handle()
+        cdef aoz_zmq_msg_t msg
+        cdef char* out
+        cdef bytes prefix = entry.prefix
+        cdef Py_ssize_t plen = PyBytes_GET_SIZE(prefix)
+        cdef uint32_t seq
+        cdef int err
+        if handle == NULL or _z_init_size(&msg, <size_t>total) != 0:
+            return False
+        out = <char*>_z_data(&msg)
+        memcpy(out, PyBytes_AS_STRING(prefix), plen)
+        if self._sequenced:
+            seq = <uint32_t>((entry.seq + 1) & 0xFFFFFFFF)
+            out[plen] = <char>(seq & 0xFF)
+            out[plen + 1] = <char>((seq >> 8) & 0xFF)
+            out[plen + 2] = <char>((seq >> 16) & 0xFF)
+            out[plen + 3] = <char>((seq >> 24) & 0xFF)
+            plen += 4
+        memcpy(out + plen, PyBytes_AS_STRING(payload), PyBytes_GET_SIZE(payload))
+        if _z_send(&msg, handle, _NOBLOCK) >= 0:
+            if self._sequenced:
+                entry.seq += 1
+            self._messages += 1
+            self._bytes += total
+            return None
+        err = _z_errno()
+        if err != _EAGAIN:
+            _z_close(&msg)
+            return False
+        if self._sequenced:
+            entry.seq += 1
+        frame = PyBytes_FromStringAndSize(out, total)
+        _z_close(&msg)
+        return frame
 
     def build(self, subject, data, codec):
         """The next publish frame of ``subject`` (numbered), not sent."""
@@ -424,17 +658,36 @@ cdef class Sender:
         if pub is None:
             raise TransportError("the data publisher is not open")
         cdef Py_ssize_t n = len(frame)
+        cdef void* handle
+        cdef aoz_zmq_msg_t msg
+        if n < _COPY_THRESHOLD and type(frame) is bytes:
+            handle = self._live_handle()
+            if handle != NULL and _z_init_size(&msg, <size_t>n) == 0:
+                memcpy(_z_data(&msg), PyBytes_AS_STRING(<bytes>frame), n)
+                if _z_send(&msg, handle, _NOBLOCK) >= 0:
+                    self._messages += 1
+                    self._bytes += n
+                    return
+                n = _z_errno()
+                _z_close(&msg)
+                if n == _EAGAIN:
+                    raise _would_block()
+                n = len(frame)  # any other error: pyzmq's to raise
         try:
             if n < _COPY_THRESHOLD:
                 _send(pub, frame, _NOBLOCK)
             else:
                 pub.send(frame, _NOBLOCK, copy=False)
         except _Again:
-            raise WouldBlock(
-                "a subscriber's queue at this publisher is full; `await node.publish(...)` "
-                "waits for room"
-            ) from None
+            raise _would_block() from None
         except _ZMQError as exc:
             raise translate(exc, "publish failed") from exc
         self._messages += 1
         self._bytes += n
+
+
+cdef object _would_block():
+    return WouldBlock(
+        "a subscriber's queue at this publisher is full; `await node.publish(...)` "
+        "waits for room"
+    )

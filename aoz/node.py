@@ -389,11 +389,16 @@ class Node:
         """
         if not self._open:
             self._check_open()
-        direct = self._send.direct
-        if direct is not None and headers is None and not block:
-            if direct(subject, data, codec):  # the loop's turn, now and then
-                await anyio.lowlevel.checkpoint()
-            return
+        if headers is None and block is None:
+            direct = self._send.direct
+            if direct is not None:
+                sent = direct(subject, data, codec)
+                if sent:
+                    if sent is True:  # the loop's turn, now and then
+                        await anyio.lowlevel.checkpoint()
+                    else:  # a blocking node, a full subscriber: wait for room
+                        await self._send.when_ready(sent)
+                return
         wait = self._send.publish(subject, data, codec, block, headers)
         if wait is not None:  # room to wait for, or the loop's turn
             await wait

@@ -61,12 +61,14 @@ class SendPath:
         self.waiters = 0  # sends waiting for room now
         # set when the publisher may have room again (blocked sends wait on it)
         self._room = asyncio.Event()
-        #: ``await node.publish`` without headers on a node that never waits for room:
-        #: the hot path's own entry (build, send, count; True when the caller should
-        #: yield), so the commonest publish costs no call of this class's. ``None`` on a
-        #: blocking node, where :meth:`publish` decides.
-        self.direct: Callable[[str, object, Codec | None], bool] | None = (
-            None if blocking else self.sender.publish
+        #: ``await node.publish`` without headers or ``block``: the hot path's own entry,
+        #: so the commonest publish costs no call of this class's. On a node that never
+        #: waits for room, ``Sender.publish`` (build, send, count; True when the caller
+        #: should yield); on a blocking node ``Sender.offer``, the same, but a frame
+        #: ZeroMQ would not take now comes back (numbered, not sent) for
+        #: :meth:`when_ready`. ``None`` where :meth:`publish` decides.
+        self.direct: Callable[[str, object, Codec | None], bool | bytes] | None = (
+            self.sender.offer if blocking else self.sender.publish
         )
 
     def attach(self, pub: zmq.Socket[bytes]) -> None:
@@ -132,6 +134,12 @@ class SendPath:
         if self.sender.due():
             return asyncio.sleep(0)
         return None
+
+    def when_ready(self, frame: bytes) -> Awaitable[None]:
+        """``frame`` (which ``direct`` handed back on a blocking node) sent once there
+        is room, then the loop's turn if one is due: what :meth:`publish` does after a
+        refused send."""
+        return self._send_when_ready(frame, then_yield=self.sender.due())
 
     async def publish_many(self, subject: str, items: Iterable[object],
                            codec: Codec | None) -> None:
@@ -206,8 +214,8 @@ class CachingSendPath(SendPath):
         super().__init__(builder, blocking=blocking)
         self.cache = cache
         self._cached = _caching_publish(self.sender, cache)
-        if not blocking:
-            self.direct = self._cached  # node.publish's common case: build, send, keep
+        # node.publish's common case: build, send, keep (a blocking node: publish())
+        self.direct = None if blocking else self._cached
 
     def _build(self, subject: str, data: object, codec: Codec | None,
                headers: Mapping[str, str] | None) -> bytes:
