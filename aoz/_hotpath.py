@@ -49,7 +49,7 @@ from .subscription import Subscription
 
 __all__ = [
     "ABI", "BATCH", "CONSTANTS", "COPY_THRESHOLD", "YIELD_EVERY", "Entry", "FrameSource",
-    "ReceiveSide", "Sender", "drain_sub",
+    "ReceiveSide", "Sender", "drain_sub", "subscription_anext",
 ]
 
 #: bump with any change to the twins' contract (the compiled module's ABI must match)
@@ -71,6 +71,11 @@ _send: Callable[..., object] = getattr(zmq.backend, "Socket", zmq.Socket).send
 
 # Entry: the pure twin's entry type is the builder's (the compiled twin has its own,
 # readable from C)
+
+#: ``Subscription.__anext__`` of the twin, or None for the subscription's own coroutine
+#: (the compiled twin's returns a queued message in a ready awaitable; the result of
+#: awaiting either is the same)
+subscription_anext: Callable[[Subscription], Any] | None = None
 
 
 class ReceiveSide(Protocol):

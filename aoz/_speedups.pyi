@@ -9,6 +9,7 @@ LIBZMQ_DIRECT: bool
 LIBZMQ_FALLBACK: str
 
 def drain_sub(plane: Any, sock: Any) -> int: ...
+def subscription_anext(self: Any) -> Any: ...
 
 class Entry:
     header: bytes

@@ -5,7 +5,8 @@ The compiled module is used when it imports and its ``ABI`` and ``CONSTANTS`` ma
 the pure twin's (the contract and the protocol's numbers it has built in), unless
 ``AOZ_PURE_PYTHON=1`` asks for the pure one. A module that does not match is a stale
 build: a warning names the fix and the pure twin runs. Everything else imports the
-hot path from here (``drain_sub``, ``Sender``, ``Entry``), never from either twin.
+hot path from here (``drain_sub``, ``Sender``, ``Entry``), never from either twin; the
+compiled twin also gives ``Subscription.__anext__`` (set here, once).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from types import ModuleType
 from typing import Any, cast
 
 from . import _hotpath
+from .subscription import Subscription
 
 __all__ = ["HOT_PATH", "Entry", "Sender", "drain_sub", "implementation"]
 
@@ -49,6 +51,10 @@ drain_sub: Callable[[_hotpath.ReceiveSide, Any], int] = _module.drain_sub
 #: the FrameBuilder entries that go with Sender (the compiled Sender reads them from C)
 Entry: Callable[[bytes, bytes], _hotpath.Entry] = _module.Entry
 Sender: type[_hotpath.Sender] = cast(type[_hotpath.Sender], _module.Sender)
+# the compiled twin's Subscription.__anext__ (a queued message needs no coroutine); the
+# pure twin keeps the subscription's own
+if _module.subscription_anext is not None:
+    Subscription.__anext__ = _module.subscription_anext  # type: ignore[method-assign]
 
 
 def implementation() -> ModuleType:
