@@ -167,6 +167,8 @@ def drain_sub(rx: ReceiveSide, sock: zmq.Socket[bytes]) -> int:
                         if st is not None and st[0] == pid and seq == st[1] + 1:
                             st[1] = seq
                         else:
+                            if pending:  # what came before a gap is queued before it
+                                _hand_over(pending)  # is reported (recovery holds)
                             rx.sequence(sb, pid, seq, msg, subs)
                     for s in subs:
                         if s.blocking:

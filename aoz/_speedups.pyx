@@ -437,16 +437,19 @@ def drain_sub(plane, sock):
                     # the next number from the subject's last publisher costs one
                     # lookup; anything else takes plane.sequence
                     found = PyDict_GetItem(last_seen, sb)
-                    if found != NULL:
-                        st = <list>found
-                        if <uint64_t>st[0] == pid and <uint64_t>st[1] + 1 == seq:
-                            st[1] = seq
-                        else:
-                            plane.sequence(sb, pid, seq, msg, subs)
-                            other = True
-                    else:
+                    if found == NULL or not (<uint64_t>(<list>found)[0] == pid and
+                                             <uint64_t>(<list>found)[1] + 1 == seq):
+                        if pending:  # what came before a gap is queued before it is
+                            _hand_over(pending)  # reported (recovery holds)
+                            if last_left >= 0:
+                                budget[last_sub] = last_left
+                            last_sub = None
+                            last_msgs = None
+                            last_left = -1
                         plane.sequence(sb, pid, seq, msg, subs)
                         other = True
+                    else:
+                        (<list>found)[1] = seq
             else:
                 start = nul + 3 + _HANDLE_LEN
                 data = _data_start(buf, flen, start)
