@@ -53,6 +53,7 @@ DROPPING_SYSTEMS = frozenset({"aoz-drop", "zenoh-drop"})
 # Lossless settings of every aoz node in a lossless pair: the publisher waits for room
 # (XPUB_NODROP) and the subscription's queue stops the reader instead of dropping.
 AOZ_LOSSLESS = {"send_policy": "block", "overflow": "block"}
+LOSSLESS_IDLE = 3.0  # seconds a lossless subscriber waits for the next frame (else 0.5)
 RAW_MODULES = ("zmq_async", "zmq_sync")
 _AOZ_DEFAULTS = Settings()
 
@@ -270,6 +271,11 @@ def _pair(
         pub_m = sub_m = MODULES[system]
     lossless = lossless and system not in DROPPING_SYSTEMS
     pub_p, sub_p = _side(pub_m, lossless), _side(sub_m, lossless)
+    if lossless:
+        # a lossless pair loses nothing, so a shortfall can only be a subscriber that
+        # stopped waiting: on a loaded 2-core machine any process can stall for 0.5 s
+        # (measured: raw zmq.asyncio pairs too), so it waits longer for the next frame
+        sub_p["idle"] = LOSSLESS_IDLE
     # raw sockets get aoz's high-water marks (like with like)
     if pub_m in RAW_MODULES:
         pub_p["hwm"] = _AOZ_DEFAULTS.send_hwm
