@@ -160,6 +160,11 @@ class BlockingNode:
         peers: list[Peer] = self._call(lambda: self.node.peers)
         return peers
 
+    @property
+    def links(self) -> dict[str, bool]:
+        links: dict[str, bool] = self._call(lambda: self.node.links)
+        return links
+
     def statistics(self) -> NodeStatistics:
         stats: NodeStatistics = self._call(self.node.statistics)
         return stats

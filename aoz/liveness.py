@@ -74,6 +74,15 @@ class PeerLinks:
                     self._hub.push(PeerEvent(kind="link_up" if up else "link_down", peer=peer))
                 seen[uuid] = up
 
+    def snapshot(self) -> list[tuple[Peer, bool]]:
+        """Every known peer (not this node) with its link state as last reported.
+
+        It first reports what changed (to the listeners already open), so a listener
+        opened now with this snapshot and a later :meth:`report` agree: no event twice,
+        none missing."""
+        self.report()
+        return [(p, self._seen.get(p.uuid, False)) for p in self._peers() if p.uuid != self._uuid]
+
     async def wait_subscribed(self, quiet: float) -> int:
         """Wait until every known peer is :meth:`subscribed` and the peer table has been
         quiet for ``quiet`` seconds; returns how many peers (the caller bounds it)."""

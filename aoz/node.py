@@ -798,11 +798,30 @@ class Node:
         """The peers discovery knows about (empty in static and broker modes)."""
         return [] if self._driver is None else list(self._driver.peers)
 
-    def peer_events(self, queue_size: int = 1024, *, links: bool = False) -> PeerEventStream:
+    def peer_events(
+        self, queue_size: int = 1024, *, links: bool = False, current: bool = False,
+    ) -> PeerEventStream:
         """An async iterator of peer events from now on: ``joined``, ``left``,
-        ``expired``; with ``links=True`` also ``link_up`` and ``link_down``."""
+        ``expired``; with ``links=True`` also ``link_up`` and ``link_down``.
+
+        With ``current=True`` the stream starts with the state as it is now: a
+        ``joined`` for every peer already known (and, with ``links=True``, a ``link_up``
+        for each whose link is up), then the changes, with nothing reported twice or
+        missed in between (like a Zenoh liveliness subscriber with ``history``)."""
         self._check_open()
-        return self._peer_hub.stream(queue_size, links=links)
+        first: list[PeerEvent] = []
+        if current:
+            for peer, up in self._links.snapshot():
+                first.append(PeerEvent(kind="joined", peer=peer))
+                if links and up:
+                    first.append(PeerEvent(kind="link_up", peer=peer))
+        return self._peer_hub.stream(queue_size, links=links, first=first)
+
+    @property
+    def links(self) -> dict[str, bool]:
+        """Whether the data link with each known peer is up, by peer uuid: both
+        directions handshaken and subscribed, as ``link_up``/``link_down`` report it."""
+        return {peer.uuid: up for peer, up in self._links.snapshot()}
 
     async def wait_for_peer(
         self, match: str | Callable[[Peer], bool], timeout: float = 10.0

@@ -3,7 +3,7 @@ fans peer events out to ``node.peer_events()`` listeners."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 import anyio
@@ -74,8 +74,13 @@ class PeerEventHub:
             if links or not link:
                 listener.push(event)
 
-    def stream(self, queue_size: int = 1024, *, links: bool = False) -> PeerEventStream:
+    def stream(
+        self, queue_size: int = 1024, *, links: bool = False, first: Iterable[PeerEvent] = (),
+    ) -> PeerEventStream:
+        """A new listener; ``first`` is queued ahead of every later event (a snapshot)."""
         box: Mailbox[PeerEvent] = Mailbox(queue_size, "drop_oldest")
+        for event in first:
+            box.push(event)
         def forget() -> None:
             self._listeners.pop(box, None)
 

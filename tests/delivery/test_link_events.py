@@ -71,3 +71,36 @@ async def test_a_peer_that_unsubscribes_its_inbox_is_reported_down_at_once() -> 
                         break
         await events.aclose()
     assert "link_down" in kinds and "left" in kinds, kinds
+
+
+async def test_a_stream_opened_late_with_current_starts_from_the_links_up_now() -> None:
+    """A listener opened after a link came up used to wait for the next change to hear
+    of it; ``current=True`` starts it with the state as it is, and ``node.links`` says
+    the same."""
+    async with NamingDaemon(port=0) as nsd, aoz.connect(naming=[nsd.endpoint], **FAST) as node:
+        early = node.peer_events(links=True)
+        async with aoz.connect(naming=[nsd.endpoint], **FAST) as guest:
+            with anyio.fail_after(15):
+                async for ev in early:
+                    if ev.peer.uuid == guest.uuid and ev.kind == "link_up":
+                        break
+            assert node.links == {guest.uuid: True}
+            late = node.peer_events(links=True, current=True)
+            members = node.peer_events(current=True)  # no link events asked for
+            with anyio.fail_after(5):
+                first = [await late.__anext__(), await late.__anext__()]
+                member = await members.__anext__()
+            assert [(e.kind, e.peer.uuid) for e in first] == [
+                ("joined", guest.uuid), ("link_up", guest.uuid)]
+            assert (member.kind, member.peer.uuid) == ("joined", guest.uuid)
+        kinds: list[str] = []
+        with anyio.fail_after(10):
+            async for ev in late:
+                if ev.peer.uuid == guest.uuid:
+                    kinds.append(ev.kind)
+                    if {"left", "link_down"} <= set(kinds):
+                        break
+        assert "link_up" not in kinds, kinds  # nothing reported twice
+        assert node.links == {}
+        for stream in (early, late, members):
+            await stream.aclose()
