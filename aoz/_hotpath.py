@@ -17,52 +17,65 @@ The contract, which neither twin steps outside of:
   drain) and fed with ``push``/``push_many``;
 - a :class:`Sender` reads its :class:`FrameSource` (:class:`aoz.protocol.builder.
   FrameBuilder`): ``entries`` (a subject's cached prefix and sequence number),
-  ``publisher``, ``publish`` and ``publish_many``; it sends on ``pub``;
+  ``publisher``, ``publish`` and ``publish_many``; it sends on ``pub``; with a
+  :class:`CacheStore` in ``store`` (the publisher cache's, :mod:`aoz.cache`) it keeps
+  every frame it numbers for good there, in the same call;
+- a :class:`CacheStore` is the publisher cache's frames and bounds: both twins have
+  one, with the same eviction and the same counters;
+- an :class:`Inbox` holds a node's open requests: futures (``done``, ``set_result``)
+  and reply streams (any :class:`aoz.subscription.Mailbox`: ``push``), and builds reply
+  messages with the responder it is given; it owns no timer and no socket;
 - the rules both apply come from one place: where a payload's data starts is
   :func:`aoz.message.data_start` (the compiled twin has it in C, checked by the twin
   test), frames are built by the FrameBuilder (the compiled twin builds the one common
   case, a ``bytes`` payload on a known subject, from the builder's cached prefix), the
   numbers in :data:`CONSTANTS` are checked against the compiled module's at import.
 
-This module touches no socket option and owns no state beyond the Sender's counters.
+This module touches no socket option and owns no state beyond the Sender's counters,
+the cache store's frames and an Inbox's table.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from heapq import heapify, heappop, heappush
 from typing import Any, Final, Protocol
 
 import zmq
 
 from ._errmap import translate
-from .errors import TransportError, WouldBlock
+from .errors import DecodeError, TransportError, WouldBlock
 from .message import Message, Responder, data_start
 from .protocol.builder import Entry
 from .protocol.codecs import AOZ_CODEC_IDS, Codec
 from .protocol.frames import HANDLE_LEN, Kind, publish_subject_end
 from .protocol.headers import HEADERS
+from .protocol.inbox import InboxTable
 from .protocol.sequence import FLAG, HEADER_LEN, PACK
 from .protocol.subjects import MAX_SUBJECT
 from .routing import RoutingTable
-from .subscription import Subscription
+from .subscription import Mailbox, Subscription
 
 __all__ = [
-    "ABI", "BATCH", "CONSTANTS", "COPY_THRESHOLD", "YIELD_EVERY", "Entry", "FrameSource",
-    "ReceiveSide", "Sender", "drain_sub", "subscription_anext",
+    "ABI", "BATCH", "CONSTANTS", "COPY_THRESHOLD", "YIELD_EVERY", "CacheStore", "Entry",
+    "FrameSource", "Inbox", "ReceiveSide", "Sender", "drain_sub", "subscription_anext",
 ]
 
 #: bump with any change to the twins' contract (the compiled module's ABI must match)
-ABI: Final = 10
+ABI: Final = 12
 BATCH: Final = 1024  # frames drained per wake-up before other callbacks run
 COPY_THRESHOLD: Final = 65536  # larger frames are sent zero-copy
 YIELD_EVERY: Final = 256  # publishes between forced yields of `await node.publish`
+_HEAP_SLACK: Final = 64  # finished requests an Inbox's deadline heap may hold beyond 2x live
 #: the protocol's numbers the compiled twin has built in (checked at import)
 CONSTANTS: Final = {
     "BATCH": BATCH, "MAX_SUBJECT": MAX_SUBJECT, "HEADER_LEN": HEADER_LEN,
     "AOZ_CODEC_IDS": AOZ_CODEC_IDS, "SEQUENCE_FLAG": FLAG, "HEADERS_FLAG": HEADERS,
     "COPY_THRESHOLD": COPY_THRESHOLD,
     "YIELD_EVERY": YIELD_EVERY, "HANDLE_LEN": HANDLE_LEN,
+    "HEAP_SLACK": _HEAP_SLACK,
 }
 
 # pyzmq's Cython-level send: the Socket subclass's send adds a Python layer (~0.3 us)
@@ -217,48 +230,107 @@ def _hand_over(pending: dict[Subscription, list[Message]]) -> None:
     pending.clear()
 
 
+class CacheStore:
+    """The publisher cache's frames: the last ``depth`` frames of every subject (the
+    oldest leaves first), at most ``max_bytes`` bytes in all (past it, the oldest frame
+    of the subject first inserted goes and that subject moves to the end: round robin).
+    ``nbytes`` is what it holds; ``evicted`` counts the frames that left at either bound.
+    :class:`aoz.cache.PublishCache` owns one and answers queries from ``deques``; a
+    :class:`Sender` whose ``store`` it is calls :meth:`add` for every frame it numbers.
+    """
+
+    __slots__ = ("depth", "deques", "evicted", "max_bytes", "nbytes")
+
+    def __init__(self, depth: int, max_bytes: int) -> None:
+        self.depth = depth
+        self.max_bytes = max_bytes
+        #: subject -> its last frames, oldest first (a deque of maxlen ``depth``)
+        self.deques: dict[str, deque[bytes]] = {}
+        self.nbytes = 0
+        self.evicted = 0
+
+    def add(self, subject: str, frame: bytes) -> None:
+        """Keep ``frame``, just numbered on ``subject``."""
+        d = self.deques.get(subject)
+        if d is None:
+            d = self.deques[subject] = deque(maxlen=self.depth)
+        elif len(d) == self.depth:
+            self.nbytes -= len(d[0])  # the append below pushes it out
+            self.evicted += 1
+        d.append(frame)
+        self.nbytes += len(frame)
+        if self.nbytes > self.max_bytes:
+            self.shrink()
+
+    def shrink(self) -> None:
+        """Over the byte bound: the oldest frame of the first subject goes, and that
+        subject moves to the end (round robin), until the store fits."""
+        subjects = self.deques
+        while self.nbytes > self.max_bytes and subjects:
+            subject = next(iter(subjects))
+            d = subjects.pop(subject)
+            self.nbytes -= len(d.popleft())
+            self.evicted += 1
+            if d:
+                subjects[subject] = d
+
+
 class Sender:
     """The send side of the hot path: one node's publish frames and their counters.
 
     ``publish`` builds a publish frame with the node's frame builder and sends it;
-    ``offer`` does the same but hands back a frame ZeroMQ would not take now;
     ``build`` only builds it; ``send`` sends a ready frame. With ``send_policy="drop"``
     ZeroMQ never refuses (a full subscriber queue drops for that subscriber); with
-    ``"block"`` a full queue raises :class:`WouldBlock`. ``due`` counts one publish
-    toward the yield cadence (every ``YIELD_EVERY``), for callers that send otherwise.
+    ``"block"`` a full queue raises :class:`WouldBlock` and leaves the frame, numbered
+    but not sent, in ``unsent``. ``due`` counts one publish toward the yield cadence
+    (every ``YIELD_EVERY``), for callers that send otherwise.
+
+    With a :class:`CacheStore` in ``store`` (a node with a publisher cache), every
+    frame numbered for good is kept there in the same call: by ``publish`` and ``put``
+    once it is sent, by ``frames`` as it is built (``keep`` is for a frame ZeroMQ
+    refused that the caller will still send or drop). ``build`` keeps nothing.
     """
 
-    __slots__ = ("_builder", "_since_yield", "bytes_out", "messages_out", "pub")
+    __slots__ = ("_builder", "_since_yield", "bytes_out", "messages_out", "pub", "store",
+                 "unsent")
 
     def __init__(self, builder: FrameSource) -> None:
         self._builder = builder
         self.pub: zmq.Socket[bytes] | None = None  # set when the data plane opens
+        self.store: CacheStore | None = None  # the publisher cache's, when it has one
+        #: the last frame ZeroMQ refused (WouldBlock), for the caller to wait with
+        self.unsent: bytes | None = None
         self.messages_out = 0
         self.bytes_out = 0
         self._since_yield = 0
 
     def publish(self, subject: str, data: object, codec: Codec | None) -> bool:
-        """Build and send; True once every ``YIELD_EVERY`` calls: then the caller
+        """Build, send and keep; True once every ``YIELD_EVERY`` calls: then the caller
         (``await node.publish``) lets the loop run, so a tight loop of publishes
         cannot starve the node's tasks."""
-        self.send(self._builder.publish(subject, data, codec))
+        frame = self._builder.publish(subject, data, codec)
+        self.send(frame)
+        if self.store is not None:
+            self.store.add(subject, frame)
         return self.due()
+
+    def put(self, subject: str, frame: bytes) -> bool:
+        """Send and keep a publish frame of ``subject`` built otherwise (headers); True
+        when the caller should yield, as :meth:`publish`."""
+        self.send(frame)
+        if self.store is not None:
+            self.store.add(subject, frame)
+        return self.due()
+
+    def keep(self, subject: str, frame: bytes) -> None:
+        """Keep a frame numbered for good that was not sent yet (a no-op without a
+        store)."""
+        if self.store is not None:
+            self.store.add(subject, frame)
 
     def build(self, subject: str, data: object, codec: Codec | None) -> bytes:
         """The next publish frame of ``subject`` (numbered), not sent."""
         return self._builder.publish(subject, data, codec)
-
-    def offer(self, subject: str, data: object, codec: Codec | None) -> bool | bytes:
-        """Build and send one publish if ZeroMQ takes it now (``send_policy="block"``):
-        False when sent, True when sent and the caller should yield (as ``publish``),
-        and the frame itself, numbered and not sent, when a subscriber's queue is full
-        (the caller waits for room and sends it: ``await node.publish``)."""
-        frame = self._builder.publish(subject, data, codec)
-        try:
-            self.send(frame)
-        except WouldBlock:
-            return frame
-        return self.due()
 
     def due(self) -> bool:
         """Count one publish; True when the caller should yield to the loop."""
@@ -270,9 +342,14 @@ class Sender:
 
     def frames(self, subject: str, items: Iterable[object], codec: Codec | None
                ) -> list[bytes]:
-        """The publish frames of every item, numbered in order; if one cannot be
-        encoded the error is raised and nothing was numbered (``publish_many``)."""
-        return self._builder.publish_many(subject, items, codec)
+        """The publish frames of every item, numbered in order and kept; if one cannot
+        be encoded the error is raised and nothing was numbered (``publish_many``)."""
+        frames = self._builder.publish_many(subject, items, codec)
+        store = self.store
+        if store is not None:
+            for frame in frames:
+                store.add(subject, frame)
+        return frames
 
     def send_batch(self, frames: Sequence[bytes], start: int = 0) -> int:
         """Send ``frames[start:]`` in order until ZeroMQ would block; returns the index of
@@ -310,6 +387,7 @@ class Sender:
             else:
                 pub.send(frame, zmq.NOBLOCK, copy=False)
         except zmq.Again:
+            self.unsent = frame
             raise WouldBlock(
                 "a subscriber's queue at this publisher is full; `await node.publish(...)` "
                 "waits for room"
@@ -318,3 +396,87 @@ class Sender:
             raise translate(exc, "publish failed") from exc
         self.messages_out += 1
         self.bytes_out += n
+
+
+class Inbox(InboxTable[Any]):
+    """The request side of the hot path: one node's open requests and their replies.
+
+    The table (:class:`aoz.protocol.inbox.InboxTable`: serial -> waiter, reply handles,
+    the per-entry deadlines :meth:`expire` sweeps) plus what runs per request and per
+    reply:
+
+    - :meth:`open_timed` opens a first-reply request (a future) and keeps its deadline
+      in one heap, so the node arms one loop timer for the earliest deadline
+      (:meth:`next_deadline`) instead of one timer per request; :meth:`due` pops what
+      has passed. The heap holds the futures themselves, so a timeout never depends on
+      the entry still being in the table; it is rebuilt without the finished ones when
+      they outnumber the live entries (so it stays within a constant of them).
+    - :meth:`on_reply` is the receive path's reply hook (``ReceiveSide.on_reply``):
+      the handle's serial (``parse_handle``'s rule), the waiter, one ``Message``; a
+      future gets it and leaves the table, a reply stream (a ``Mailbox``) is pushed
+      to; a reply for nobody is counted in ``replies_dropped``.
+    """
+
+    __slots__ = ("_heap", "_responder", "replies_dropped")
+
+    def __init__(self, node_uuid: str, responder: Responder) -> None:
+        super().__init__(node_uuid)
+        self._responder = responder
+        self._heap: list[tuple[float, int, Any, str, float]] = []
+        self.replies_dropped = 0
+
+    def open_timed(self, waiter: Any, deadline: float, subject: str, timeout: float
+                   ) -> tuple[int, bytes]:
+        """:meth:`open` a request whose ``waiter`` (a future) fails at ``deadline``:
+        the heap keeps ``(deadline, serial, waiter, subject, timeout)``."""
+        serial, handle = self.open(waiter, deadline)
+        heap = self._heap
+        if len(heap) >= 2 * len(self) + _HEAP_SLACK:
+            heap[:] = [e for e in heap if not e[2].done()]
+            heapify(heap)
+        heappush(heap, (deadline, serial, waiter, subject, timeout))
+        return serial, handle
+
+    def due(self, now: float) -> list[tuple[Any, str, float]]:
+        """Pop every timed request whose deadline is ``now`` or before: ``(waiter,
+        subject, timeout)`` of those whose waiter is not done yet."""
+        heap = self._heap
+        out = []
+        while heap and heap[0][0] <= now:
+            _, _, waiter, subject, timeout = heappop(heap)
+            if not waiter.done():
+                out.append((waiter, subject, timeout))
+        return out
+
+    def next_deadline(self) -> float | None:
+        """The earliest deadline in the heap (possibly of a finished request)."""
+        return self._heap[0][0] if self._heap else None
+
+    @property
+    def deadlines(self) -> int:
+        """How many deadlines the heap holds (of open and of finished requests)."""
+        return len(self._heap)
+
+    def drain(self) -> list[Any]:
+        self._heap.clear()
+        return super().drain()
+
+    def on_reply(self, subject: bytes, frame: bytes, start: int, now: float) -> None:
+        """A reply frame arrived on ``subject`` (a reply handle of ours, or not)."""
+        try:
+            serial = self.serial_of(subject)
+        except DecodeError:
+            self.replies_dropped += 1  # someone else's reply or garbage
+            return
+        waiter = self.lookup(serial)
+        if waiter is None:
+            self.replies_dropped += 1
+            return
+        msg = Message(frame, len(subject), start, data_start(frame, start), Kind.REPLY, None,
+                      now, self._responder)
+        if isinstance(waiter, Mailbox):
+            waiter.push(msg)
+        else:
+            self.close(serial)
+            if not waiter.done():
+                waiter.set_result(msg)

@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The data plane's hot path, compiled.
 
-Twins of ``drain_sub`` and ``Sender`` in ``aoz/_hotpath.py`` (which states the
+Twins of ``drain_sub``, ``Sender`` and ``Inbox`` in ``aoz/_hotpath.py`` (which states the
 contract both keep), with the same behaviour (tests/hotpath runs both on the same input and compares
 everything they leave behind; `make test` runs the suite on each). What C buys here: the
 subject search is a ``memchr`` on the frame's buffer instead of two method calls, the
@@ -17,26 +17,31 @@ twin's.
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.object cimport PyObject_GetAttr
 from cpython.dict cimport PyDict_GetItem
+from cpython.object cimport Py_SIZE
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
-from libc.string cimport memchr, memcpy
+from libc.string cimport memchr, memcmp, memcpy
 
+import heapq
 import os
 import time
+from collections import deque
 
 import zmq
 
 from ._errmap import translate
-from .errors import TransportError, WouldBlock
+from .errors import DecodeError, TransportError, WouldBlock
 from .message import Message
-from .protocol.frames import Kind
+from .protocol.frames import Kind, inbox_subject, parse_handle
+from .subscription import Mailbox
 
-ABI = 10
+ABI = 12
 BATCH = 1024
 #: the protocol's numbers built in below; aoz.hotpath checks them against aoz._hotpath's
 CONSTANTS = {"BATCH": BATCH, "MAX_SUBJECT": 256, "HEADER_LEN": 13, "AOZ_CODEC_IDS": 4,
-             "SEQUENCE_FLAG": 0x04, "HEADERS_FLAG": 0x08, "COPY_THRESHOLD": 65536, "YIELD_EVERY": 256, "HANDLE_LEN": 60}
+             "SEQUENCE_FLAG": 0x04, "HEADERS_FLAG": 0x08, "COPY_THRESHOLD": 65536, "YIELD_EVERY": 256, "HANDLE_LEN": 60,
+             "HEAP_SLACK": 64}
 
 cdef Py_ssize_t _BATCH = BATCH
 
@@ -142,6 +147,8 @@ cdef object _REQUEST_KIND = Kind.REQUEST
 cdef int _PUBLISH_BYTE = 1  # the type bytes of SPEC §1
 cdef int _REQUEST = 2
 cdef int _REPLY = 3
+cdef object _deque = deque
+cdef object _deque_append = deque.append
 cdef object _clock = time.time
 cdef object _send = getattr(zmq.backend, "Socket", zmq.Socket).send
 cdef Py_ssize_t _MAX_SUBJECT = CONSTANTS["MAX_SUBJECT"]  # aoz.protocol.subjects
@@ -514,11 +521,100 @@ cdef class Entry:
     cdef public bytes header
     cdef public bytes prefix
     cdef public unsigned long long seq
+    # the subject's deque in a Sender's CacheStore, valid while its ``gen`` is kept_gen
+    cdef object kept
+    cdef unsigned long long kept_gen
 
     def __init__(self, bytes header, bytes prefix):
         self.header = header
         self.prefix = prefix
         self.seq = 0
+
+
+cdef unsigned long long _generations = 0  # CacheStore.gen: never the same twice
+
+
+cdef class CacheStore:
+    """The publisher cache's frames and bounds (see ``CacheStore`` in aoz/_hotpath.py).
+
+    ``gen`` changes whenever a subject's deque leaves ``deques`` (and differs between
+    stores), so that an Entry can hold its subject's deque and skip the dict lookup
+    while ``gen`` is what it was.
+    """
+
+    cdef public dict deques
+    cdef public Py_ssize_t depth
+    cdef public long long max_bytes
+    cdef public long long nbytes
+    cdef public unsigned long long evicted
+    cdef unsigned long long gen
+
+    def __init__(self, Py_ssize_t depth, long long max_bytes):
+        global _generations
+        self.depth = depth
+        self.max_bytes = max_bytes
+        self.deques = {}
+        self.nbytes = 0
+        self.evicted = 0
+        _generations += 1
+        self.gen = _generations
+
+    cpdef add(self, subject, frame):
+        """Keep ``frame``, just numbered on ``subject``."""
+        _append(self, _deque_of(self, subject), frame)
+
+    cpdef shrink(self):
+        """Over the byte bound: the oldest frame of the first subject goes, and that
+        subject moves to the end (round robin), until the store fits."""
+        global _generations
+        cdef dict subjects = self.deques
+        while self.nbytes > self.max_bytes and subjects:
+            subject = next(iter(subjects))
+            d = subjects.pop(subject)
+            self.nbytes -= len(d.popleft())
+            self.evicted += 1
+            if d:
+                subjects[subject] = d
+            else:  # gone from the store: entries holding it must look again
+                _generations += 1
+                self.gen = _generations
+
+
+cdef inline object _deque_of(CacheStore store, object subject):
+    """The deque of ``subject`` in ``store`` (a new one for a new subject)."""
+    cdef PyObject* found = PyDict_GetItem(store.deques, subject)
+    if found != NULL:
+        return <object>found
+    d = _deque(maxlen=store.depth)
+    store.deques[subject] = d
+    return d
+
+
+cdef inline int _append(CacheStore store, object d, object frame) except -1:
+    """Keep ``frame`` in ``d``, the deque of its subject in ``store``, within bounds."""
+    if Py_SIZE(d) == store.depth:  # a deque's length
+        store.nbytes -= len(d[0])  # the append below pushes it out
+        store.evicted += 1
+    _deque_append(d, frame)
+    store.nbytes += PyBytes_GET_SIZE(frame) if type(frame) is bytes else len(frame)
+    if store.nbytes > store.max_bytes:
+        store.shrink()
+    return 0
+
+
+cdef inline int _keep(CacheStore store, object subject, object frame) except -1:
+    """``store.add(subject, frame)``, called from C by the Sender."""
+    return _append(store, _deque_of(store, subject), frame)
+
+
+cdef inline int _keep_entry(CacheStore store, Entry entry, object subject,
+                            object frame) except -1:
+    """``_keep`` for a subject whose Entry the Sender holds: no dict lookup while the
+    Entry's deque is still the store's."""
+    if entry.kept_gen != store.gen or entry.kept is None:
+        entry.kept = _deque_of(store, subject)
+        entry.kept_gen = store.gen
+    return _append(store, entry.kept, frame)
 
 
 cdef class Sender:
@@ -535,6 +631,8 @@ cdef class Sender:
     cdef dict _entries
     cdef bint _sequenced
     cdef public object pub
+    cdef public CacheStore store
+    cdef public object unsent
     cdef unsigned long long _messages
     cdef unsigned long long _bytes
     cdef unsigned int _since_yield
@@ -546,6 +644,8 @@ cdef class Sender:
         self._entries = builder.entries
         self._sequenced = builder.publisher is not None
         self.pub = None
+        self.store = None
+        self.unsent = None
         self._messages = 0
         self._bytes = 0
         self._since_yield = 0
@@ -578,42 +678,35 @@ cdef class Sender:
                 total = (PyBytes_GET_SIZE(entry.prefix) + PyBytes_GET_SIZE(<bytes>data)
                          + (4 if self._sequenced else 0))
                 if total < _COPY_THRESHOLD:
-                    out = self._direct(entry, <bytes>data, total)
-                    if out is None:
-                        return self.due()
-                    if out is not False:  # numbered, not sent: as send() refuses
-                        raise _would_block()
-                    self.send(self._frame(entry, <bytes>data))
+                    if self.store is None:  # no frame to keep: built in a libzmq message
+                        out = self._direct(entry, <bytes>data, total)
+                        if out is None:
+                            return self.due()
+                        if out is not False:  # numbered, not sent: as send() refuses
+                            self.unsent = out
+                            raise _would_block()
+                    frame = self._frame(entry, <bytes>data)
+                    self.send(frame)
+                    if self.store is not None:
+                        _keep_entry(self.store, entry, subject, frame)
                     return self.due()
-        self.send(self._builder.publish(subject, data, codec))
+        frame = self._builder.publish(subject, data, codec)
+        self.send(frame)
+        if self.store is not None:
+            _keep(self.store, subject, frame)
         return self.due()
 
-    def offer(self, subject, data, codec):
-        """Build and send one publish if ZeroMQ takes it now (see the pure twin):
-        False when sent, True when sent and the caller should yield, the frame (numbered,
-        not sent) when a subscriber's queue is full."""
-        cdef Py_ssize_t total
-        cdef PyObject* found
-        cdef Entry entry
-        cdef object out
-        if codec is None and type(data) is bytes and self.pub is not None:
-            found = PyDict_GetItem(self._entries, subject)
-            if found != NULL and type(<object>found) is Entry:
-                entry = <Entry>found
-                total = (PyBytes_GET_SIZE(entry.prefix) + PyBytes_GET_SIZE(<bytes>data)
-                         + (4 if self._sequenced else 0))
-                if total < _COPY_THRESHOLD:
-                    out = self._direct(entry, <bytes>data, total)
-                    if out is None:
-                        return self.due()
-                    if out is not False:
-                        return out
-        frame = self.build(subject, data, codec)
-        try:
-            self.send(frame)
-        except WouldBlock:
-            return frame
+    def put(self, subject, frame):
+        """Send and keep a publish frame built otherwise (see the pure twin)."""
+        self.send(frame)
+        if self.store is not None:
+            _keep(self.store, subject, frame)
         return self.due()
+
+    def keep(self, subject, frame):
+        """Keep a frame numbered for good, not sent yet (see the pure twin)."""
+        if self.store is not None:
+            _keep(self.store, subject, frame)
 
     cdef void* _live_handle(self) except? NULL:
         """The libzmq socket of ``pub`` for a direct send, or NULL (see _handle_of)."""
@@ -678,20 +771,27 @@ cdef class Sender:
 
     def frames(self, subject, items, codec):
         """The publish frames of every item (see ``_SenderPy.frames``)."""
-        cdef list out = []
+        cdef list out
         cdef PyObject* found = PyDict_GetItem(self._entries, subject)
-        cdef Entry entry
-        cdef unsigned long long first
         if codec is not None or found == NULL or type(<object>found) is not Entry:
-            return self._builder.publish_many(subject, items, codec)
-        entry = <Entry>found
+            out = self._builder.publish_many(subject, items, codec)
+        else:
+            out = self._frames(<Entry>found, subject, items)
+        if self.store is not None:
+            for frame in out:
+                _keep(self.store, subject, frame)
+        return out
+
+    cdef list _frames(self, Entry entry, subject, items):
+        cdef list out = []
+        cdef unsigned long long first
         first = entry.seq
         try:
             for data in items:
                 if type(data) is bytes:
                     out.append(self._frame(entry, <bytes>data))
                 else:
-                    out.append(self._builder.publish(subject, data, codec))
+                    out.append(self._builder.publish(subject, data, None))
         except BaseException:
             entry.seq = first  # nothing was numbered
             raise
@@ -768,6 +868,7 @@ cdef class Sender:
                 n = _z_errno()
                 _z_close(&msg)
                 if n == _EAGAIN:
+                    self.unsent = frame
                     raise _would_block()
                 n = len(frame)  # any other error: pyzmq's to raise
         try:
@@ -776,6 +877,7 @@ cdef class Sender:
             else:
                 pub.send(frame, _NOBLOCK, copy=False)
         except _Again:
+            self.unsent = frame
             raise _would_block() from None
         except _ZMQError as exc:
             raise translate(exc, "publish failed") from exc
@@ -788,3 +890,167 @@ cdef object _would_block():
         "a subscriber's queue at this publisher is full; `await node.publish(...)` "
         "waits for room"
     )
+
+
+cdef object _REPLY_KIND = Kind.REPLY
+cdef object _Mailbox = Mailbox
+cdef object _heappush = heapq.heappush
+cdef object _heappop = heapq.heappop
+cdef object _heapify = heapq.heapify
+cdef Py_ssize_t _HEAP_SLACK = CONSTANTS["HEAP_SLACK"]  # aoz._hotpath
+cdef Py_ssize_t _PREFIX_LEN = _HANDLE_LEN - 16  # _INBOX.<uuid>. (the serial: 16 hex digits)
+cdef uint64_t _MAX_SERIAL = 0xFFFFFFFFFFFFFFFF
+cdef const char* _HEX = b"0123456789abcdef"
+
+
+cdef inline int _hex_digit(uint8_t c) noexcept:
+    """The value of a lowercase hex digit (what parse_handle accepts), -1 otherwise."""
+    if 48 <= c <= 57:
+        return c - 48
+    if 97 <= c <= 102:
+        return c - 87
+    return -1
+
+
+cdef class Inbox:
+    """The request side of the hot path (see ``Inbox`` in aoz/_hotpath.py): the table of
+    open requests, their handles, the deadline heap of first-reply requests, and the
+    reply hook. A handle is written and a reply's serial read without the interpreter;
+    a reply to a waiting future costs one lookup, one Message and ``set_result``."""
+
+    cdef public str uuid
+    cdef public bytes filter
+    cdef public bytes prefix
+    cdef public unsigned long long replies_dropped
+    cdef public uint64_t _next  # the next serial (public for the twin test)
+    cdef dict _entries
+    cdef dict _deadlines
+    cdef list _heap
+    cdef object _responder
+
+    def __init__(self, node_uuid, responder):
+        self.uuid = node_uuid
+        self.filter = inbox_subject(node_uuid)
+        self.prefix = self.filter + b"."
+        if PyBytes_GET_SIZE(self.prefix) != _PREFIX_LEN:
+            raise ValueError("inbox prefix of an unexpected length")
+        self._next = 1
+        self._entries = {}
+        self._deadlines = {}
+        self._heap = []
+        self._responder = responder
+        self.replies_dropped = 0
+
+    def __len__(self):
+        return len(self._entries)
+
+    cpdef tuple open(self, waiter, deadline):
+        """Register ``waiter`` under a new serial; returns ``(serial, reply_handle)``."""
+        cdef uint64_t serial = self._next
+        cdef bytes handle = PyBytes_FromStringAndSize(NULL, _HANDLE_LEN)
+        cdef char* out = PyBytes_AS_STRING(handle)
+        cdef int i
+        self._next = 1 if serial >= _MAX_SERIAL else serial + 1
+        key = serial
+        self._entries[key] = waiter
+        self._deadlines[key] = deadline
+        memcpy(out, PyBytes_AS_STRING(self.prefix), _PREFIX_LEN)
+        for i in range(16):
+            out[_HANDLE_LEN - 1 - i] = _HEX[(serial >> (4 * i)) & 0xF]
+        return key, handle
+
+    def open_timed(self, waiter, deadline, subject, timeout):
+        """``open`` a request whose future fails at ``deadline`` (see the pure twin)."""
+        cdef tuple opened = self.open(waiter, deadline)
+        cdef list heap = self._heap
+        if len(heap) >= 2 * len(self._entries) + _HEAP_SLACK:
+            heap[:] = [e for e in heap if not (<tuple>e)[2].done()]
+            _heapify(heap)
+        _heappush(heap, (deadline, opened[0], waiter, subject, timeout))
+        return opened
+
+    def due(self, now):
+        """Pop the timed requests whose deadline is ``now`` or before (see the twin)."""
+        cdef list heap = self._heap
+        cdef list out = []
+        cdef tuple e
+        while heap and (<tuple>heap[0])[0] <= now:
+            e = <tuple>_heappop(heap)
+            waiter = e[2]
+            if not waiter.done():
+                out.append((waiter, e[3], e[4]))
+        return out
+
+    def next_deadline(self):
+        return (<tuple>self._heap[0])[0] if self._heap else None
+
+    @property
+    def deadlines(self):
+        return len(self._heap)
+
+    def serial_of(self, subject):
+        """The serial named by a reply subject of this inbox; DecodeError otherwise."""
+        if len(subject) != _HANDLE_LEN or not subject.startswith(self.prefix):
+            raise DecodeError("reply subject is not a handle of this inbox", what="reply handle")
+        return parse_handle(subject)[1]
+
+    def lookup(self, serial):
+        return self._entries.get(serial)
+
+    cpdef close(self, serial):
+        self._deadlines.pop(serial, None)
+        return self._entries.pop(serial, None)
+
+    def expire(self, now):
+        """Remove and return the entries whose deadline is before ``now``."""
+        gone = [s for s, d in self._deadlines.items() if d < now]
+        out = []
+        for s in gone:
+            w = self.close(s)
+            if w is not None:
+                out.append(w)
+        return out
+
+    def drain(self):
+        """Remove and return every entry (the node is closing)."""
+        out = list(self._entries.values())
+        self._entries.clear()
+        self._deadlines.clear()
+        self._heap.clear()
+        return out
+
+    def on_reply(self, bytes subject not None, bytes frame not None, Py_ssize_t start, now):
+        """A reply frame arrived on ``subject`` (a reply handle of ours, or not)."""
+        cdef const uint8_t* s = <const uint8_t*>PyBytes_AS_STRING(subject)
+        cdef uint64_t serial = 0
+        cdef int i, d
+        cdef PyObject* found
+        if (PyBytes_GET_SIZE(subject) != _HANDLE_LEN
+                or memcmp(s, PyBytes_AS_STRING(self.prefix), _PREFIX_LEN) != 0):
+            self.replies_dropped += 1  # someone else's reply or garbage
+            return
+        for i in range(_PREFIX_LEN, _HANDLE_LEN):
+            d = _hex_digit(s[i])
+            if d < 0:
+                self.replies_dropped += 1
+                return
+            serial = (serial << 4) | <uint64_t>d
+        if serial == 0:
+            self.replies_dropped += 1
+            return
+        key = serial
+        found = PyDict_GetItem(self._entries, key)
+        if found == NULL:
+            self.replies_dropped += 1
+            return
+        waiter = <object>found
+        msg = _Message(frame, _HANDLE_LEN, start,
+                       _data_start(<const uint8_t*>PyBytes_AS_STRING(frame),
+                                   PyBytes_GET_SIZE(frame), start),
+                       _REPLY_KIND, None, now, self._responder)
+        if isinstance(waiter, _Mailbox):
+            waiter.push(msg)
+        else:
+            self.close(key)
+            if not waiter.done():
+                waiter.set_result(msg)

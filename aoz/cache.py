@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 
 from .errors import AozError
+from .hotpath import CacheStore
 from .message import Message
 from .protocol.cachequery import (
     HISTORY,
@@ -48,52 +49,47 @@ __all__ = ["CacheAnswers", "PublishCache", "QueryInbox"]
 class PublishCache:
     """The last ``depth`` frames per subject, at most ``max_bytes`` in all. Pure.
 
+    The frames and their bounds are a :class:`aoz.hotpath.CacheStore` (``store``), so
+    that the send path's :class:`~aoz.hotpath.Sender` keeps each frame it numbers in the
+    same call that sends it (the compiled twin's, without the interpreter); this class
+    answers what the cache holds.
+
     >>> c = PublishCache(2, 1 << 20)
     >>> for i in range(3): c.add("A", b"A\\0\\x01\\0" + bytes([i]))
     >>> [f[-1] for f in c.latest("A", 5)], c.frames, c.evicted
     ([1, 2], 2, 1)
     """
 
-    __slots__ = ("bytes", "depth", "deques", "evicted", "max_bytes")
+    __slots__ = ("add", "deques", "store")
 
     def __init__(self, depth: int, max_bytes: int) -> None:
-        self.depth = depth
-        self.max_bytes = max_bytes
-        #: subject -> its last frames (a deque of maxlen ``depth``); the send path's
-        #: inlined add reads and writes it, and ``bytes``/``evicted``
-        self.deques: dict[str, deque[bytes]] = {}
-        self.bytes = 0
-        self.evicted = 0  #: frames that left at a bound (depth or bytes)
+        self.store = CacheStore(depth, max_bytes)
+        #: subject -> its last frames, oldest first (the store's)
+        self.deques: dict[str, deque[bytes]] = self.store.deques
+        #: keep a frame just published on a subject (the store's add)
+        self.add: Callable[[str, bytes], None] = self.store.add
+
+    @property
+    def depth(self) -> int:
+        return self.store.depth
+
+    @property
+    def max_bytes(self) -> int:
+        return self.store.max_bytes
+
+    @property
+    def nbytes(self) -> int:
+        """What the cached frames hold, in bytes."""
+        return self.store.nbytes
+
+    @property
+    def evicted(self) -> int:
+        """Frames that left at a bound (depth or bytes)."""
+        return self.store.evicted
 
     @property
     def frames(self) -> int:
         return sum(len(d) for d in self.deques.values())
-
-    def add(self, subject: str, frame: bytes) -> None:
-        """Keep ``frame`` (just published on ``subject``): the send path's one call (its
-        common case is inlined in :class:`aoz.send.CachingSendPath`; keep them alike)."""
-        d = self.deques.get(subject)
-        if d is None:
-            d = self.deques[subject] = deque(maxlen=self.depth)
-        elif len(d) == self.depth:
-            self.bytes -= len(d[0])  # the append below pushes it out
-            self.evicted += 1
-        d.append(frame)
-        self.bytes += len(frame)
-        if self.bytes > self.max_bytes:
-            self.shrink()
-
-    def shrink(self) -> None:
-        """Over the byte bound: the oldest frame of the first subject goes, and that
-        subject moves to the end (round robin), until the cache fits."""
-        subjects = self.deques
-        while self.bytes > self.max_bytes and subjects:
-            subject = next(iter(subjects))
-            d = subjects.pop(subject)
-            self.bytes -= len(d.popleft())
-            self.evicted += 1
-            if d:
-                subjects[subject] = d
 
     @property
     def subjects(self) -> int:

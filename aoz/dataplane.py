@@ -54,7 +54,7 @@ from .protocol.builder import FrameBuilder
 from .receive import Receiver
 from .routing import RoutingTable
 from .security import DataCurve, VerifyingSub
-from .send import CachingSendPath, SendPath
+from .send import SendPath
 from .sockopts import DATA_MONITOR_EVENTS, apply_data_options
 from .subscription import Subscription
 
@@ -95,8 +95,7 @@ class DataPlane:
         #: the publisher cache (aoz.cache), None when publish_cache is 0
         self.cache = (PublishCache(settings.publish_cache, settings.publish_cache_bytes)
                       if settings.publish_cache else None)
-        self.send = (SendPath(builder, blocking=blocking) if self.cache is None else
-                     CachingSendPath(builder, blocking=blocking, cache=self.cache))
+        self.send = SendPath(builder, blocking=blocking, cache=self.cache)
         self.links = PeerLinkTable(settings, self.count)
 
         # A context of its own: closing the node can then wait (in a worker thread,

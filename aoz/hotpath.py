@@ -5,8 +5,9 @@ The compiled module is used when it imports and its ``ABI`` and ``CONSTANTS`` ma
 the pure twin's (the contract and the protocol's numbers it has built in), unless
 ``AOZ_PURE_PYTHON=1`` asks for the pure one. A module that does not match is a stale
 build: a warning names the fix and the pure twin runs. Everything else imports the
-hot path from here (``drain_sub``, ``Sender``, ``Entry``), never from either twin; the
-compiled twin also gives ``Subscription.__anext__`` (set here, once).
+hot path from here (``drain_sub``, ``Sender``, ``Entry``, ``CacheStore``, ``Inbox``),
+never from either twin; the compiled twin also gives ``Subscription.__anext__`` (set
+here, once).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Any, cast
 from . import _hotpath
 from .subscription import Subscription
 
-__all__ = ["HOT_PATH", "Entry", "Sender", "drain_sub", "implementation"]
+__all__ = ["HOT_PATH", "CacheStore", "Entry", "Inbox", "Sender", "drain_sub",
+           "implementation"]
 
 log = logging.getLogger("aoz.node")
 
@@ -51,6 +53,10 @@ drain_sub: Callable[[_hotpath.ReceiveSide, Any], int] = _module.drain_sub
 #: the FrameBuilder entries that go with Sender (the compiled Sender reads them from C)
 Entry: Callable[[bytes, bytes], _hotpath.Entry] = _module.Entry
 Sender: type[_hotpath.Sender] = cast(type[_hotpath.Sender], _module.Sender)
+#: the publisher cache's store (aoz.cache), which a Sender keeps its frames in
+CacheStore: type[_hotpath.CacheStore] = cast(type[_hotpath.CacheStore], _module.CacheStore)
+#: the request side: open requests, their deadlines, and replies to them
+Inbox: type[_hotpath.Inbox] = cast(type[_hotpath.Inbox], _module.Inbox)
 # the compiled twin's Subscription.__anext__ (a queued message needs no coroutine); the
 # pure twin keeps the subscription's own
 if _module.subscription_anext is not None:

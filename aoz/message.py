@@ -8,7 +8,7 @@ almost nothing.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Generator
 from itertools import pairwise
 from typing import Any, Protocol, TypeVar, overload
 
@@ -21,15 +21,34 @@ from .protocol.headers import data_start, parse_headers
 from .protocol.packed import PACKED, row_bounds
 from .protocol.sequence import FLAG, HEADER_LEN, PACK
 
-__all__ = ["Message", "Responder", "WeakResponder", "data_start", "expand_packed", "rows_of"]
+__all__ = [
+    "DONE", "Message", "Responder", "WeakResponder", "data_start", "expand_packed", "rows_of",
+]
 
 T = TypeVar("T")
 
 
 class Responder(Protocol):
-    """What a message answers through (the node that received it)."""
+    """What a message answers through (the node that received it): ``respond_to``
+    returns what the responder awaits (a coroutine, or :data:`DONE` when the reply has
+    already gone)."""
 
-    async def respond_to(self, handle: str, data: object, codec: Codec | None) -> None: ...
+    def respond_to(self, handle: str, data: object, codec: Codec | None
+                   ) -> Awaitable[None]: ...
+
+
+class _Done:
+    """An awaitable that is already done: what a reply sent at once returns (a coroutine
+    per reply cost more than the reply)."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return iter(())  # type: ignore[return-value]
+
+
+#: awaiting it returns None at once
+DONE: Awaitable[None] = _Done()
 
 
 class WeakResponder:
@@ -50,8 +69,8 @@ class WeakResponder:
 
     def respond_to(
         self, handle: str, data: object, codec: Codec | None
-    ) -> Coroutine[Any, Any, None]:
-        # the node's coroutine itself, not one more coroutine around it (one per reply)
+    ) -> Awaitable[None]:
+        # the node's awaitable itself, not one more coroutine around it (one per reply)
         node = self._ref()
         if node is None:
             raise ClosedError("the node that received this request is gone; it cannot be "
@@ -168,7 +187,8 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False, gc=False):
         """For a reply that reports a failure (a service's handler raised): the remote
         error, ``"<type>: <message>"``; ``None`` for any other message. The request
         APIs raise :class:`aoz.ServiceError` for such replies."""
-        if self.kind is not Kind.REPLY or _ERROR_MARK not in self._frame[self._data :][:16]:
+        if self.kind is not Kind.REPLY or self._frame.find(
+                _ERROR_MARK, self._data, self._data + 16) < 0:
             return None  # the cheap test: an error reply is a one-key msgpack map
         try:
             value = self.decode()
@@ -193,8 +213,12 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False, gc=False):
         codec, body = self._split()
         return decode_payload(codec, body, type)
 
-    async def respond(self, data: object = b"", *, codec: Codec | None = None) -> None:
-        """Answer a request: publish ``data`` to the requester's inbox.
+    def respond(self, data: object = b"", *, codec: Codec | None = None) -> Awaitable[None]:
+        """Answer a request: publish ``data`` to the requester's inbox (await it).
+
+        The reply leaves when this is called; what it returns is done at once, unless
+        the reply must wait for a route (then a task of the node sends it). Not a
+        coroutine of its own: one per reply was a good part of a reply's cost.
 
         >>> async for req in node.subscribe("SVC.time"):  # doctest: +SKIP
         ...     await req.respond({"now": time.time()})
@@ -207,7 +231,7 @@ class Message(msgspec.Struct, repr_omit_defaults=True, eq=False, gc=False):
         if self._node is None:
             raise UsageError("this message is not attached to a node, so it cannot be "
                              "answered")
-        await self._node.respond_to(self.reply, data, codec)
+        return self._node.respond_to(self.reply, data, codec)
 
     def __repr__(self) -> str:
         size = len(self._frame) - self._start

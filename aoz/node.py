@@ -58,17 +58,18 @@ from .errors import (
     UsageError,
     UsageTypeError,
     WaitTimeout,
+    WouldBlock,
 )
 from .heartbeat import Heartbeats
 from .hotpath import HOT_PATH, Entry
 from .identity import identity_publisher, identity_uuid
 from .interest import InterestSet
 from .liveness import PeerLinks
-from .message import Message, WeakResponder
+from .message import DONE, Message, WeakResponder
 from .protocol.builder import FrameBuilder
 from .protocol.cachequery import SUBJECT as CACHE_SUBJECT
 from .protocol.codecs import Codec, Verbatim
-from .protocol.frames import INBOX_PREFIX, encode_request
+from .protocol.frames import HANDLE_LEN, INBOX_PREFIX, encode_request, request_prefix
 from .protocol.subjects import compile_pattern, is_reserved, subject_bytes
 from .recovery import MemorySubscription, Recovery
 from .requests import ReplyStream, Requests
@@ -81,6 +82,9 @@ log = logging.getLogger("aoz.node")
 
 _REPLY_ROUTE_WAIT = 5.0  # seconds a deferred reply waits for the requester's inbox filter
 _MAX_DEFERRED = 1024  # deferred replies waiting at once; more are counted unroutable
+_RAW_MID = b"\0\0"  # a request frame's NUL after the handle, then the raw codec byte
+_REPLY_RAW = b"\0\x03\0\0"  # a reply frame's type bytes (SPEC §1), then the raw codec byte
+_ROUTES_MAX = 8192  # subjects whose request route is kept (the table is cleared past it)
 _HOUSEKEEPING = 0.25  # seconds between sweeps of abandoned reply streams
 _CACHE_B = CACHE_SUBJECT.encode()
 _CACHE_FILTER = _CACHE_B + b"\0"  # the data-SUB filter of cache queries (aoz.cache)
@@ -178,6 +182,8 @@ class Node:
         self._links = PeerLinks(self.uuid, self._plane, self._interest, self._peer_hub,
                                 lambda: self.peers)
         self._no_responders = 0
+        #: subject -> (interest version, request frame prefixes): see _request_route
+        self._request_routes: dict[str, tuple[int, list[bytes]]] = {}
         self._deferred = 0  # deferred replies waiting for a route
         #: what this node serves and publishes, for its AsyncAPI document (aoz.asyncapi)
         self.catalog = Catalog()
@@ -389,17 +395,17 @@ class Node:
         """
         if not self._open:
             self._check_open()
-        if headers is None and block is None:
-            direct = self._send.direct
-            if direct is not None:
-                sent = direct(subject, data, codec)
-                if sent:
-                    if sent is True:  # the loop's turn, now and then
-                        await anyio.lowlevel.checkpoint()
-                    else:  # a blocking node, a full subscriber: wait for room
-                        await self._send.when_ready(sent)
+        if headers is None and not block:
+            try:
+                due = self._send.direct(subject, data, codec)
+            except WouldBlock:  # a blocking node's full subscriber: wait, or drop
+                wait = self._send.refused(subject, block)
+            else:
+                if due:  # the loop's turn, now and then
+                    await anyio.lowlevel.checkpoint()
                 return
-        wait = self._send.publish(subject, data, codec, block, headers)
+        else:
+            wait = self._send.publish(subject, data, codec, block, headers)
         if wait is not None:  # room to wait for, or the loop's turn
             await wait
 
@@ -434,7 +440,7 @@ class Node:
         self._check_open()
         return await self._send.publish_frames(frames, timeout)
 
-    async def respond_to(self, handle: str, data: object, codec: Codec | None) -> None:
+    def respond_to(self, handle: str, data: object, codec: Codec | None) -> Awaitable[None]:
         """Publish a reply to ``handle`` (what :meth:`Message.respond` calls).
 
         The request travelled the requester's PUB -> our SUB link; the reply needs the
@@ -445,21 +451,26 @@ class Node:
         ``replies_unroutable``. The caller never waits, so a sequential responder is
         not stalled by a requester that has gone.
         """
-        self._check_open()
+        if not self._open:
+            self._check_open()
         hb = handle.encode("ascii")
-        frame = self._frames.reply(hb, data, codec)
+        if codec is None and type(data) is bytes and len(hb) == HANDLE_LEN and b"\0" not in hb:
+            frame = b"".join((hb, _REPLY_RAW, data))  # encode_reply(hb, encode_payload(data))
+        else:
+            frame = self._frames.reply(hb, data, codec)
         if self._interest.routable(hb):
             self._send.send(frame)
-            return
+            return DONE
         self._plane.read_interest()
         if self._interest.routable(hb):
             self._send.send(frame)
-            return
+            return DONE
         if self._deferred >= _MAX_DEFERRED:  # bounded: a flood of gone requesters
             self._plane.count("replies_unroutable")
-            return
+            return DONE
         self._deferred += 1
         self._owner.start_soon(self._deferred_reply, hb, frame, name="aoz-deferred-reply")
+        return DONE
 
     async def _route_to(self, handle: bytes) -> bool:
         """Wait at most ``_REPLY_ROUTE_WAIT`` for the requester's inbox filter (what a
@@ -693,19 +704,24 @@ class Node:
             await changed.wait()
 
     # ------------------------------------------------------------------ request/reply
-    def _request_parts(
-        self, subject: str, data: object, codec: Codec | None,
-        headers: Mapping[str, str] | None = None,
-    ) -> tuple[list[str], bytes]:
-        """Where a request on ``subject`` goes (the subject itself when a plain
-        subscriber covers it, and one member of each queue group serving it), and its
-        payload; NoResponders when nobody would answer."""
+    def _request_route(self, subject: str) -> list[bytes]:
+        """Where a request on ``subject`` goes, as the start of each target's request
+        frame (``subject NUL 0x02``): the subject itself when a plain subscriber covers
+        it, and one member of each queue group serving it; NoResponders when nobody
+        would answer. A subject no queue group serves keeps its answer until the
+        interest set changes (one lookup per request); queue groups take turns, so
+        their targets are picked anew each time."""
         self._check_open()
+        hit = self._request_routes.get(subject)
+        if hit is not None and hit[0] == self._interest.version:
+            return hit[1]
         self._frames.header(subject)  # validates
-        targets = self._request_targets(subject)
+        version = self._interest.version
+        targets, queued = self._request_targets(subject)
         if not targets:
             self._plane.read_interest()
-            targets = self._request_targets(subject)
+            version = self._interest.version
+            targets, queued = self._request_targets(subject)
             if not targets:
                 self._no_responders += 1
                 raise NoResponders(
@@ -714,17 +730,19 @@ class Node:
                     "`await aoz.wait_for_service(node, subject)`",
                     subject=subject,
                 )
-        return targets, self._frames.payload(data, codec, headers)
+        for target in queued:
+            self._frames.header(target)  # a queue member's subject: validated as before
+        prefixes = [request_prefix(subject_bytes(t)) for t in targets]
+        if not queued:
+            if len(self._request_routes) >= _ROUTES_MAX:
+                self._request_routes.clear()
+            self._request_routes[subject] = (version, prefixes)
+        return prefixes
 
-    def _request_targets(self, subject: str) -> list[str]:
+    def _request_targets(self, subject: str) -> tuple[list[str], list[str]]:
         plain = self._interest.covers(subject_bytes(subject), responders=True)
-        return ([subject] if plain else []) + self._interest.queue_targets(subject)
-
-    def _send_request(self, targets: list[str], handle: bytes, payload: bytes) -> None:
-        # one frame per target, one reply handle: replies from any of them reach the
-        # same waiter (the first wins for request(); request_many() gets them all)
-        for target in targets:
-            self._send.send(self._frames.request(target, handle, payload))
+        queued = self._interest.queue_targets(subject)
+        return ([subject] if plain else []) + queued, queued
 
     async def request(
         self,
@@ -747,10 +765,26 @@ class Node:
 
         >>> reply = await node.request("SVC.quote", b"IBM", timeout=1.0)  # doctest: +SKIP
         """
-        targets, payload = self._request_parts(subject, data, codec, headers)
-        reply = await self._requests.wait_first(
-            subject, timeout, lambda handle: self._send_request(targets, handle, payload)
-        )
+        hit = self._request_routes.get(subject)
+        if hit is not None and hit[0] == self._interest.version and self._open:
+            prefixes = hit[1]  # _request_route's answer, kept
+        else:
+            prefixes = self._request_route(subject)
+        if codec is None and not headers and type(data) is bytes:
+            payload, mid = data, _RAW_MID  # what encode_payload gives: the raw codec byte
+        else:
+            payload, mid = self._frames.payload(data, codec, headers), b"\0"
+        requests = self._requests
+        fut, serial, handle = requests.open_first(subject, timeout)
+        try:
+            # one frame per target, one reply handle: replies from any of them reach
+            # the same waiter (the first wins)
+            for prefix in prefixes:
+                self._send.send(b"".join((prefix, handle, mid, payload)))
+            reply = await fut
+        finally:
+            requests.close(serial)
+            fut.cancel()  # done already, unless the send failed: then it must not time out
         remote = reply.error
         if remote is not None:  # the responder failed: an error, never a value
             raise ServiceError.from_reply(subject, remote)
@@ -776,10 +810,13 @@ class Node:
         """
         if max_replies is not None and max_replies < 1:
             raise UsageError("max_replies must be >= 1 (or None for every reply until timeout)")
-        targets, payload = self._request_parts(subject, data, codec, headers)
+        prefixes = self._request_route(subject)
+        payload = self._frames.payload(data, codec, headers)
         stream, handle = self._requests.open_stream(subject, timeout, max_replies)
         try:
-            self._send_request(targets, handle, payload)
+            # one frame per target, one reply handle: the stream gets every reply
+            for prefix in prefixes:
+                self._send.send(b"".join((prefix, handle, b"\0", payload)))
         except BaseException:
             stream.close()
             raise
@@ -873,7 +910,7 @@ class Node:
         cache = self._plane.cache
         if cache is not None:
             out.update(cache_subjects=cache.subjects, cache_frames=cache.frames,
-                       cache_bytes=cache.bytes, cache_evicted=cache.evicted)
+                       cache_bytes=cache.nbytes, cache_evicted=cache.evicted)
         out.update(cache_queries=self._answers.queries,
                    cache_malformed=self._answers.malformed,
                    cache_refused=self._answers_refused)

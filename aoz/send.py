@@ -11,6 +11,14 @@ the node (:meth:`SendPath.publish`, ``publish_nowait``, ``publish_many``,
 ``publish_frames``, requests and replies) goes through here, and every bulk send through
 one loop (:meth:`SendPath.send_all`).
 
+A node with a publisher cache (``publish_cache=N``, :mod:`aoz.cache`) hands the cache's
+store to the Sender, which keeps every frame it numbers for good in the same call that
+sends it: the cache is an option of the one path, not a second one. A frame numbered but
+refused by ZeroMQ on a blocking node is kept too (it is sent after a wait, or dropped
+and counted with ``block=False``: a subscriber that misses it can recover it); one
+``publish_nowait`` refused is not (the number is reused). Frames given to
+``publish_frames`` are not numbered by this node and are not kept.
+
 It owns no socket: the data plane attaches the XPUB (:meth:`attach`) and calls
 :meth:`room` when the XPUB's fd fires (a drained pipe may mean room again).
 """
@@ -33,10 +41,9 @@ from .protocol.frames import publish_subject_end
 if TYPE_CHECKING:
     import zmq
 
-    from . import _hotpath
     from .cache import PublishCache
 
-__all__ = ["CachingSendPath", "SendPath"]
+__all__ = ["SendPath"]
 
 _ROOM_BACKSTOP = 0.05  # seconds: a missed fd edge delays a blocked send at most this
 
@@ -52,24 +59,24 @@ def _no_room_to_wait() -> ConfigError:
 class SendPath:
     """Publishing, one path for every call (see the module docstring)."""
 
-    def __init__(self, builder: FrameBuilder, *, blocking: bool) -> None:
+    def __init__(self, builder: FrameBuilder, *, blocking: bool,
+                 cache: PublishCache | None = None) -> None:
         self.builder = builder
         self.sender = Sender(builder)
+        self.cache = cache
+        if cache is not None:
+            self.sender.store = cache.store  # every numbered frame kept as it is sent
         self.blocking = blocking  # send_policy == "block"
         self.dropped_out = 0  # publishes dropped at a full queue (block node, block=False)
         self.blocked_sends = 0  # publishes that had to wait for room
         self.waiters = 0  # sends waiting for room now
         # set when the publisher may have room again (blocked sends wait on it)
         self._room = asyncio.Event()
-        #: ``await node.publish`` without headers or ``block``: the hot path's own entry,
-        #: so the commonest publish costs no call of this class's. On a node that never
-        #: waits for room, ``Sender.publish`` (build, send, count; True when the caller
-        #: should yield); on a blocking node ``Sender.offer``, the same, but a frame
-        #: ZeroMQ would not take now comes back (numbered, not sent) for
-        #: :meth:`when_ready`. ``None`` where :meth:`publish` decides.
-        self.direct: Callable[[str, object, Codec | None], bool | bytes] | None = (
-            self.sender.offer if blocking else self.sender.publish
-        )
+        #: ``await node.publish`` without headers: the hot path's own entry (build,
+        #: send, keep, count; True when the caller should yield), so the commonest
+        #: publish costs no call of this class's; when ZeroMQ refuses (a blocking node)
+        #: it raises WouldBlock and the caller hands over to :meth:`refused`
+        self.direct: Callable[[str, object, Codec | None], bool] = self.sender.publish
 
     def attach(self, pub: zmq.Socket[bytes]) -> None:
         """The XPUB frames leave from (the data plane's)."""
@@ -92,12 +99,12 @@ class SendPath:
     def publish_nowait(self, subject: str, data: object, codec: Codec | None,
                        headers: Mapping[str, str] | None = None) -> bool:
         """Build and send without waiting; True when the caller should yield.
-        On a blocking node a full subscriber raises WouldBlock and nothing was sent or
-        numbered."""
+        On a blocking node a full subscriber raises WouldBlock and nothing was sent,
+        numbered or kept."""
         try:
             if headers:
-                self.sender.send(self.builder.publish_with(subject, data, codec, headers))
-                return self.sender.due()
+                return self.sender.put(
+                    subject, self.builder.publish_with(subject, data, codec, headers))
             return self.sender.publish(subject, data, codec)
         except WouldBlock as exc:
             self.builder.rewind(subject)  # not sent: a retry reuses the number
@@ -113,38 +120,35 @@ class SendPath:
         await when it has to wait (for room, or its turn to yield to the loop). Not a
         coroutine itself: one coroutine per publish was a fifth of its cost.
         """
-        if not self.blocking:
-            if block:
-                raise _no_room_to_wait()
+        if block and not self.blocking:
+            raise _no_room_to_wait()
+        try:
             if headers:
-                self.sender.send(self.builder.publish_with(subject, data, codec, headers))
-                due = self.sender.due()
+                due = self.sender.put(
+                    subject, self.builder.publish_with(subject, data, codec, headers))
             else:
                 due = self.sender.publish(subject, data, codec)
-            return asyncio.sleep(0) if due else None  # the loop's turn, now and then
-        frame = (self.builder.publish_with(subject, data, codec, headers) if headers
-                 else self.sender.build(subject, data, codec))
-        try:
-            self.sender.send(frame)
         except WouldBlock:
-            if block is False:
-                self.dropped_out += 1  # numbered: subscribers count it as lost
-            else:
-                return self._send_when_ready(frame, then_yield=self.sender.due())
-        if self.sender.due():
-            return asyncio.sleep(0)
-        return None
+            return self.refused(subject, block)
+        return asyncio.sleep(0) if due else None  # the loop's turn, now and then
 
-    def when_ready(self, frame: bytes) -> Awaitable[None]:
-        """``frame`` (which ``direct`` handed back on a blocking node) sent once there
-        is room, then the loop's turn if one is due: what :meth:`publish` does after a
-        refused send."""
+    def refused(self, subject: str, block: bool | None) -> Awaitable[None] | None:
+        """ZeroMQ refused the publish just built (``sender.unsent``, numbered for good,
+        kept): ``block=False`` drops it and counts it, otherwise it is sent when there
+        is room (what the caller awaits)."""
+        frame = self.sender.unsent
+        self.sender.unsent = None
+        assert frame is not None  # set by the send that raised WouldBlock
+        self.sender.keep(subject, frame)  # a subscriber that misses it can recover it
+        if block is False:
+            self.dropped_out += 1  # numbered: subscribers count it as lost
+            return asyncio.sleep(0) if self.sender.due() else None
         return self._send_when_ready(frame, then_yield=self.sender.due())
 
     async def publish_many(self, subject: str, items: Iterable[object],
                            codec: Codec | None) -> None:
-        """Every item, in order, built first (nothing is numbered if one cannot be
-        encoded), then sent as :meth:`send_all` does."""
+        """Every item, in order, built (and kept) first (nothing is numbered if one
+        cannot be encoded), then sent as :meth:`send_all` does."""
         await self.send_all(self.sender.frames(subject, items, codec))
         await asyncio.sleep(0)  # a tight loop of batches must not starve the node
 
@@ -200,101 +204,3 @@ class SendPath:
             self.waiters -= 1
         if then_yield:
             await asyncio.sleep(0)
-
-
-class CachingSendPath(SendPath):
-    """The send path of a node with a publisher cache (``publish_cache=N``): every
-    numbered publish frame is kept in :class:`aoz.cache.PublishCache` as it was built
-    (one append; no copy, no second encode). A node without a cache uses
-    :class:`SendPath` itself, so the cache costs nothing when it is off. Frames given
-    to ``publish_frames`` are not numbered by this node and are not kept.
-    """
-
-    def __init__(self, builder: FrameBuilder, *, blocking: bool, cache: PublishCache) -> None:
-        super().__init__(builder, blocking=blocking)
-        self.cache = cache
-        self._cached = _caching_publish(self.sender, cache)
-        # node.publish's common case: build, send, keep (a blocking node: publish())
-        self.direct = None if blocking else self._cached
-
-    def _build(self, subject: str, data: object, codec: Codec | None,
-               headers: Mapping[str, str] | None) -> bytes:
-        if headers:
-            return self.builder.publish_with(subject, data, codec, headers)
-        return self.sender.build(subject, data, codec)
-
-    def publish_nowait(self, subject: str, data: object, codec: Codec | None,
-                       headers: Mapping[str, str] | None = None) -> bool:
-        frame = self._build(subject, data, codec, headers)
-        try:
-            self.sender.send(frame)
-        except WouldBlock as exc:
-            self.builder.rewind(subject)  # not sent: a retry reuses the number
-            exc.subject = subject
-            raise
-        self.cache.add(subject, frame)
-        return self.sender.due()
-
-    def publish(self, subject: str, data: object, codec: Codec | None,
-                block: bool | None, headers: Mapping[str, str] | None = None
-                ) -> Awaitable[None] | None:
-        if not self.blocking:
-            if block:
-                raise _no_room_to_wait()
-            if not headers:
-                return asyncio.sleep(0) if self._cached(subject, data, codec) else None
-            frame = self.builder.publish_with(subject, data, codec, headers)
-            self.sender.send(frame)
-            self.cache.add(subject, frame)
-            return asyncio.sleep(0) if self.sender.due() else None
-        frame = self._build(subject, data, codec, headers)
-        # numbered for good from here (sent, dropped with block=False, or sent after a
-        # wait): kept, so that a subscriber that misses it can recover it
-        self.cache.add(subject, frame)
-        try:
-            self.sender.send(frame)
-        except WouldBlock:
-            if block is False:
-                self.dropped_out += 1
-            else:
-                return self._send_when_ready(frame, then_yield=self.sender.due())
-        if self.sender.due():
-            return asyncio.sleep(0)
-        return None
-
-    async def publish_many(self, subject: str, items: Iterable[object],
-                           codec: Codec | None) -> None:
-        frames = self.sender.frames(subject, items, codec)
-        add = self.cache.add
-        for frame in frames:
-            add(subject, frame)
-        await self.send_all(frames)
-        await asyncio.sleep(0)
-
-
-def _caching_publish(sender: _hotpath.Sender, cache: PublishCache
-                     ) -> Callable[[str, object, Codec | None], bool]:
-    """Build, send and keep one publish; True when the caller should yield. A closure
-    over what it touches, with :meth:`PublishCache.add` inlined: as calls, they were
-    half the cost of a publish."""
-    build, send, add = sender.build, sender.send, cache.add
-    due: Callable[[], bool] = sender.due
-    deques, depth = cache.deques, cache.depth
-
-    def publish(subject: str, data: object, codec: Codec | None) -> bool:
-        frame = build(subject, data, codec)
-        send(frame)
-        d = deques.get(subject)
-        if d is None:
-            add(subject, frame)
-        else:
-            if len(d) == depth:
-                cache.bytes -= len(d[0])  # the append pushes it out
-                cache.evicted += 1
-            d.append(frame)
-            cache.bytes += len(frame)
-            if cache.bytes > cache.max_bytes:
-                cache.shrink()
-        return due()
-
-    return publish

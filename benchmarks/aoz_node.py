@@ -50,7 +50,7 @@ async def pub(p: dict[str, Any], stall: bool = False) -> None:
         cpu = time.process_time() - c0
         blocked = node.statistics().blocked_sends
         result: dict[str, Any] = {"sent": n, "send_s": dt, "send_cpu_s": cpu,
-                                  "blocked_sends": blocked}
+                                  "cpu_s": cpu, "blocked_sends": blocked}
         if stall:
             await asyncio.sleep(p.get("settle", 1.0))
             after = rss()
@@ -93,16 +93,40 @@ async def sub(p: dict[str, Any], stall: bool = False) -> None:
                 if r.n >= n:
                     return
 
-        consumer = consume_batch if p.get("mode") == "batch" else consume_iter
+        marks: list[float] = []  # the time of every (n // p["marks"])-th message
+        every = n // p["marks"] if p.get("marks") else 0
+
+        async def consume_marked() -> None:
+            due = every
+            got = 0
+            try:
+                async for msg in subscription:
+                    _data = msg.data
+                    got += 1
+                    if got == 1 or got == due or got >= n:  # the clock only at marks
+                        r.mark(got)
+                        if got == due:
+                            marks.append(r.last)
+                            due += every
+                        if got >= n:
+                            return
+            finally:
+                r.n = got
+
+        consumer = (consume_batch if p.get("mode") == "batch" else
+                    consume_marked if every else consume_iter)
         task = asyncio.create_task(consumer())
+        cpu0 = time.process_time()  # the process's CPU while it receives (and waits)
         await _watch(task, r, p)
+        cpu = time.process_time() - cpu0
         stats = subscription.statistics()
         node_stats = node.statistics()
         # Where a shortfall stopped, if there is one: frames read off the SUB, sequence
         # gaps (lost upstream), messages still queued for the consumer.
         emit("result", **r.result(n, dropped_queue=stats.dropped,
                                   messages_in=node_stats.messages_in,
-                                  lost_in=node_stats.lost_in, pending=stats.pending))
+                                  lost_in=node_stats.lost_in, pending=stats.pending,
+                                  cpu_s=cpu, **({"marks": marks} if every else {})))
 
 
 async def _watch(task: asyncio.Task[None], r: Receiver, p: dict[str, Any]) -> None:

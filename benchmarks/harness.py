@@ -362,6 +362,12 @@ def run_pubsub(
         "dropped_queue": sr.get("dropped_queue", 0),
         # aoz subscribers only: frames read, sequence gaps, still queued at the end
         **{k: sr[k] for k in ("messages_in", "lost_in", "pending") if k in sr},
+        # aoz roles: each process's CPU seconds (the publisher's over its send loop)
+        **({"pub_cpu_s": pr["cpu_s"]} if "cpu_s" in pr else {}),
+        **({"sub_cpu_s": sr["cpu_s"]} if "cpu_s" in sr else {}),
+        # aoz subscribers asked for them (sub_extra={"marks": k}): the perf_counter time
+        # (CLOCK_MONOTONIC, one clock for every process) of every (n // k)-th message
+        **({"marks": sr["marks"]} if "marks" in sr else {}),
     }
 
 

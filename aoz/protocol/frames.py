@@ -42,6 +42,7 @@ __all__ = [
     "encode_publish",
     "encode_reply",
     "encode_request",
+    "request_prefix",
     "inbox_subject",
     "make_handle",
     "parse_handle",
@@ -226,6 +227,18 @@ def encode_request(subject: bytes, handle: bytes, payload: bytes) -> bytes:
     _check_subject(subject)
     _check_handle(handle)
     return b"".join((subject, _REQUEST_MID, handle, b"\x00", payload))
+
+
+def request_prefix(subject: bytes) -> bytes:
+    """What every request frame on ``subject`` starts with (``subject + NUL + 0x02``):
+    ``request_prefix(s) + handle + b"\\0" + payload == encode_request(s, handle, payload)``
+    for a valid handle.
+
+    >>> request_prefix(b"SVC.time")
+    b'SVC.time\\x00\\x02'
+    """
+    _check_subject(subject)
+    return subject + _REQUEST_MID
 
 
 def encode_reply(handle: bytes, payload: bytes) -> bytes:

@@ -30,7 +30,17 @@ def test_memory_cache_benchmark_smoke() -> None:
     (history,) = summary["history"]
     assert history["messages"] == 1000  # every subject's last value came back
     (pair,) = summary["async_for"]
-    assert set(pair) == {"off", "on"} and all(v["rate"] > 0 for v in pair.values())
+    assert set(pair) == {"off", "on"}
+    # each side ran twice (interleaved), with its rate and each process's CPU time
+    for runs in pair.values():
+        assert len(runs) == 2
+        assert all(run["rate"] > 0 and run["pub_cpu_s"] > 0 and run["sub_cpu_s"] > 0
+                   for run in runs)
+    assert "CPU per message on / off" in out
+    # side by side: both pairs at once, each side's rate over the window both received in
+    (both,) = summary["side_by_side"]
+    assert both["off"]["messages_in"] == both["on"]["messages_in"] == 5000  # not crossed
+    assert "async for side by side" in out
 
 
 @pytest.mark.timeout(120)

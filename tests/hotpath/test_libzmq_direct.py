@@ -1,7 +1,7 @@
 """The compiled hot path calls libzmq directly (the libzmq pyzmq loaded, found through
 pyzmq's own extension) for plain pyzmq sockets, and through pyzmq otherwise; both ways
-read and write the same frames. ``Sender.offer`` (a blocking node's ``await publish``)
-hands back the frame ZeroMQ refused, numbered, on both twins."""
+read and write the same frames. A publish ZeroMQ refuses (built straight in a libzmq
+message when compiled) leaves the frame, numbered, in ``Sender.unsent`` on both twins."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import zmq
 
 from aoz._hotpath import Sender as _SenderPy
 from aoz._hotpath import drain_sub as _drain_sub_py
+from aoz.errors import WouldBlock
 from aoz.protocol.builder import FrameBuilder
 from aoz.protocol.codecs import Codec
 from aoz.protocol.frames import encode_publish, encode_request, make_handle
@@ -151,7 +152,7 @@ def test_direct_reads_leave_what_pyzmq_reads_leave() -> None:
     assert direct == _drained(_drain_sub_py, wrap=False)
 
 
-def _offers(sender_type: Any, entry: Any) -> tuple[Any, ...]:
+def _refusals(sender_type: Any, entry: Any) -> tuple[Any, ...]:
     pair = Pair(hwm=4)
     try:
         builder = FrameBuilder(Codec.MSGPACK, publisher=9, entry_type=entry)
@@ -160,11 +161,11 @@ def _offers(sender_type: Any, entry: Any) -> tuple[Any, ...]:
         outcomes: list[Any] = []
         refused = None
         for i in range(10_000):  # bounded: inproc holds a few HWMs at most
-            out = sender.offer("A", b"m%d" % i, None)
-            if isinstance(out, bytes):
-                refused = out
+            try:
+                outcomes.append(sender.publish("A", b"m%d" % i, None))
+            except WouldBlock:
+                refused, sender.unsent = sender.unsent, None
                 break
-            outcomes.append(out)
         assert refused is not None
         received = []
         while pair.sub.poll(0):
@@ -172,7 +173,7 @@ def _offers(sender_type: Any, entry: Any) -> tuple[Any, ...]:
         pair.pub.getsockopt(zmq.EVENTS)  # the pub reads the news of room (as its fd says)
         sender.send(refused)  # room again: the refused frame goes as it was numbered
         received.append(pair.sub.recv())
-        after = sender.offer("A", {"k": 1}, None)  # the builder's path: same outcome
+        after = sender.publish("A", {"k": 1}, None)  # the builder's path: same outcome
         received.append(pair.sub.recv())
         return (outcomes, refused, received, after, sender.messages_out, sender.bytes_out)
     finally:
@@ -180,9 +181,9 @@ def _offers(sender_type: Any, entry: Any) -> tuple[Any, ...]:
 
 
 @compiled
-def test_offer_hands_back_the_refused_frame_numbered_on_both_twins() -> None:
-    a = _offers(_speedups.Sender, _speedups.Entry)
-    assert a == _offers(_SenderPy, None)
+def test_a_refused_publish_leaves_its_frame_numbered_on_both_twins() -> None:
+    a = _refusals(_speedups.Sender, _speedups.Entry)
+    assert a == _refusals(_SenderPy, None)
     outcomes, refused, received, after, messages, _ = a
     assert set(outcomes) == {False} and after is False
     numbers = [int.from_bytes(f[13:17], "little") for f in received]  # A\0\x01\0 flags pid
@@ -190,14 +191,14 @@ def test_offer_hands_back_the_refused_frame_numbered_on_both_twins() -> None:
     assert received[-2] == refused and messages == len(received)
 
 
-def test_offer_on_the_selected_twin_sends_and_counts() -> None:
+def test_the_selected_twin_sends_and_counts_on_a_real_socket() -> None:
     from aoz.hotpath import Sender
 
     pair = Pair()
     try:
         sender = Sender(FrameBuilder(Codec.MSGPACK, publisher=1))
         sender.pub = pair.pub
-        assert [sender.offer("A", b"x", None) for _ in range(3)] == [False] * 3
+        assert [sender.publish("A", b"x", None) for _ in range(3)] == [False] * 3
         assert [pair.sub.recv()[-1:] for _ in range(3)] == [b"x"] * 3
         assert sender.messages_out == 3
     finally:

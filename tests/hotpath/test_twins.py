@@ -400,3 +400,298 @@ def test_the_senders_take_any_bytes_like_frame() -> None:
         finally:
             wire.close()
     assert results[0] == results[1] == ([b"B\0\x01\0\0ba", b"B\0\x01\0\0mv"], 2, 14)
+
+
+# ---------------------------------------------------------------------- publisher cache
+def _store_state(store: Any) -> tuple[list[tuple[str, list[bytes]]], int, int]:
+    """Everything a cache store holds, in its order (the byte bound's round robin)."""
+    return [(s, list(d)) for s, d in store.deques.items()], store.nbytes, store.evicted
+
+
+@compiled
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(depth=st.integers(1, 4), max_bytes=st.integers(0, 400),
+       adds=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 120)), max_size=80))
+def test_the_cache_stores_keep_and_evict_alike(depth: int, max_bytes: int,
+                                               adds: list[tuple[int, int]]) -> None:
+    stores = (_speedups.CacheStore(depth, max_bytes), _hotpath.CacheStore(depth, max_bytes))
+    for i, (subject, size) in enumerate(adds):
+        frame = bytes([i % 256]) * size
+        for store in stores:
+            store.add(f"S{subject}", frame)
+    a, b = (_store_state(s) for s in stores)
+    assert a == b
+    kept, nbytes, evicted = a
+    # exact bounds and accounting: what it holds is counted, what left is counted
+    assert nbytes == sum(len(f) for _, frames in kept for f in frames) <= max_bytes
+    assert all(len(frames) <= depth for _, frames in kept)
+    assert evicted == len(adds) - sum(len(frames) for _, frames in kept)
+
+
+def keep_and_send(sender_type: Any, store_type: Any, entry: Any = None
+                  ) -> tuple[list[Any], list[bytes], Any]:
+    """A sender with a cache store: every way a frame is numbered, then a full queue."""
+    wire = Wire(hwm=40)
+    try:
+        builder = FrameBuilder(Codec.MSGPACK, publisher=5, entry_type=entry)
+        sender = sender_type(builder)
+        sender.store = store_type(2, 600)  # depth 2; 600 B: the byte bound evicts too
+        sender.pub = wire.pub
+        outcomes: list[Any] = []
+        for subject, data in CALLS[:9]:  # the fast path, the builder's, a 70 kB frame
+            sender.publish(subject, data, None)
+        sender.publish("A", b"coded", Codec.RAW)
+        headed = builder.publish_with("H", b"h", None, {"k": "v"})
+        outcomes.append(sender.put("H", headed))
+        outcomes.append(_store_state(sender.store))
+        frames = sender.frames("M", [b"m1", {"m": 2}, b"m3"], None)  # kept as built
+        outcomes.append(_store_state(sender.store))
+        sender.send_batch(frames)
+        try:
+            sender.frames("M", [b"m4", object()], None)  # nothing numbered, nothing kept
+        except EncodeError:
+            outcomes.append(_store_state(sender.store))
+        built = sender.build("B", b"built", None)  # not kept until the caller says so
+        sender.send(built)
+        outcomes.append(_store_state(sender.store))
+        sender.keep("B", built)
+        outcomes.append(_store_state(sender.store))
+        # a full queue: the refused frame is left in `unsent`, not kept
+        for i in range(1000):  # bounded: the HWM refuses long before
+            try:
+                sender.publish("F", b"f%d" % i, None)
+            except WouldBlock:
+                break
+        outcomes.append((sender.unsent, _store_state(sender.store)))
+        return outcomes, wire.received(), sender.store
+    finally:
+        wire.close()
+
+
+@compiled
+def test_the_senders_keep_what_they_number_alike() -> None:
+    a = keep_and_send(_speedups.Sender, _speedups.CacheStore, _speedups.Entry)
+    b = keep_and_send(_SenderPy, _hotpath.CacheStore)
+    # the compiled Sender with the pure builder's entries (its general path) keeps alike
+    c = keep_and_send(_speedups.Sender, _speedups.CacheStore)
+    assert a[:2] == b[:2] == c[:2]
+    outcomes, wire, store = b
+    unsent, (kept, nbytes, evicted) = outcomes[-1]
+    # what is kept went on the wire (or is the frame the caller kept itself), and it is
+    # the last of its subject; the refused frame is not kept and not on the wire
+    on_wire = set(wire)
+    assert unsent is not None and unsent not in on_wire
+    assert all(f in on_wire for _, frames in kept for f in frames)
+    assert nbytes == sum(len(f) for _, frames in kept for f in frames) <= 600
+    assert dict(kept)["F"][-1] == max((f for f in wire if f.startswith(b"F\0")),
+                                      key=lambda f: int.from_bytes(f[13:17], "little"))
+    # publish_many's frames were kept as built (before they were sent)
+    assert dict(outcomes[2][0])["M"] == frames_of(wire, b"M")[-2:]
+    # an encode error keeps nothing; build() keeps nothing until keep()
+    assert outcomes[3] == outcomes[2]
+    assert "B" not in dict(outcomes[4][0]) and dict(outcomes[5][0])["B"][-1] == wire_frame(
+        wire, b"B\0", b"built")
+    assert evicted > 0 and store.evicted == evicted
+
+
+def frames_of(wire: list[bytes], subject: bytes) -> list[bytes]:
+    return [f for f in wire if f.startswith(subject + b"\0")]
+
+
+def wire_frame(wire: list[bytes], prefix: bytes, suffix: bytes) -> bytes:
+    [frame] = [f for f in wire if f.startswith(prefix) and f.endswith(suffix)]
+    return frame
+
+
+@compiled
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(depth=st.integers(1, 3), max_bytes=st.integers(0, 300),
+       calls=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 90), st.booleans()),
+                      max_size=60))
+def test_the_senders_keep_alike_under_both_bounds(depth: int, max_bytes: int,
+                                                  calls: list[tuple[int, int, bool]]) -> None:
+    """Publishes on a few subjects (the compiled fast path, which holds each subject's
+    deque in its Entry, and the builder's path), with the byte bound emptying and
+    dropping subjects in between: both twins keep the same frames, bytes and evictions."""
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        states = []
+        for sender_type, store_type, entry in (
+                (_speedups.Sender, _speedups.CacheStore, _speedups.Entry),
+                (_SenderPy, _hotpath.CacheStore, None)):
+            pub = ctx.socket(zmq.XPUB)  # no subscriber: every send succeeds, goes nowhere
+            pub.bind(f"inproc://keep-{uuid.uuid4()}")
+            sender = sender_type(FrameBuilder(Codec.MSGPACK, publisher=2, entry_type=entry))
+            sender.store = store_type(depth, max_bytes)
+            sender.pub = pub
+            for subject, size, as_bytes in calls:
+                sender.publish(f"S{subject}", bytes(size) if as_bytes else "t" * size, None)
+            states.append(_store_state(sender.store))
+            pub.close(0)
+        assert states[0] == states[1]
+        kept, nbytes, evicted = states[0]
+        assert nbytes == sum(len(f) for _, frames in kept for f in frames) <= max_bytes
+        assert evicted == len(calls) - sum(len(frames) for _, frames in kept)
+    finally:
+        ctx.term()
+
+
+# ---------------------------------------------------------------------- request side
+class FakeFuture:
+    """A first-reply waiter as the inboxes see it (done, set_result)."""
+
+    def __init__(self) -> None:
+        self.result: Any = None
+        self.sets = 0
+        self.cancelled = False
+
+    def done(self) -> bool:
+        return self.sets > 0 or self.cancelled
+
+    def set_result(self, msg: Any) -> None:
+        self.sets += 1
+        self.result = msg
+
+
+def _seen(msg: Any) -> Any:
+    """What a reply Message says (its fields, not its identity)."""
+    if msg is None:
+        return None
+    return (msg.frame, msg.subject, msg.kind, msg.reply, msg.payload, msg.data,
+            msg.received_at, msg.error)
+
+
+@st.composite
+def inbox_ops(draw: st.DrawFn) -> list[tuple[Any, ...]]:
+    ops: list[tuple[Any, ...]] = []
+    for _ in range(draw(st.integers(0, 40))):
+        op = draw(st.sampled_from(["open", "timed", "timed", "stream", "reply", "reply",
+                                   "reply", "junk", "close", "cancel", "due", "expire"]))
+        if op in ("open", "timed", "stream"):
+            ops.append((op, draw(st.floats(0, 20, allow_nan=False))))
+        elif op == "reply":
+            body = draw(st.binary(max_size=12))
+            head = draw(st.sampled_from([b"\0", b"\x01", b"\x04", b"\x81\xa9aoz.error"]))
+            ops.append((op, draw(st.integers(0, 45)), head + body))
+        elif op == "junk":
+            ops.append((op, draw(st.sampled_from(JUNK_SUBJECTS)), draw(st.binary(max_size=8))))
+        elif op in ("close", "cancel"):
+            ops.append((op, draw(st.integers(0, 45))))
+        else:
+            ops.append((op, draw(st.floats(0, 25, allow_nan=False))))
+    return ops
+
+
+# subjects a reply may come on that are not a handle of this inbox (or name serial 0)
+_PREFIX = b"_INBOX." + NODE.encode() + b"."
+JUNK_SUBJECTS = [
+    _PREFIX + b"0000000000000000", _PREFIX + b"000000000000000A", _PREFIX + b"00000000000000g1",
+    _PREFIX + b"000000000000001", _PREFIX + b"00000000000000011",
+    _PREFIX[:-1] + b"x0000000000000001",
+    make_handle(str(uuid.uuid4()), 1), b"_INBOX.x", b"", b"A",
+    _PREFIX + b"ffffffffffffffff", _PREFIX + b" 000000000000001",
+]
+
+
+def run_inbox(inbox_type: Any, ops: list[tuple[Any, ...]]) -> list[Any]:
+    """Put ``ops`` through an inbox; return everything it answered and left behind."""
+    from aoz.requests import ReplyStream
+
+    inbox = inbox_type(NODE, None)
+    out: list[Any] = []
+    waiters: dict[int, Any] = {}
+    for op in ops:
+        if op[0] in ("open", "timed"):
+            fut = FakeFuture()
+            if op[0] == "open":
+                serial, handle = inbox.open(fut, op[1])
+            else:
+                serial, handle = inbox.open_timed(fut, op[1], f"S{len(waiters)}", op[1] / 2)
+            waiters[serial] = fut
+            out.append((op[0], serial, handle, len(inbox), inbox.next_deadline()))
+        elif op[0] == "stream":
+            stream = ReplyStream("S", op[1], None, lambda: None)
+            serial, handle = inbox.open(stream, op[1] + 1.0)
+            waiters[serial] = stream
+            out.append(("stream", serial, handle, len(inbox)))
+        elif op[0] == "reply":
+            subject = make_handle(NODE, op[1]) if op[1] else _PREFIX + b"0" * 16
+            frame = encode_reply(subject, op[2]) if op[1] else subject + b"\0\x03\0" + op[2]
+            inbox.on_reply(subject, frame, 63, 5.0)
+            out.append(("reply", inbox.replies_dropped, len(inbox)))
+        elif op[0] == "junk":
+            frame = op[1] + b"\0\x03\0" + op[2]
+            inbox.on_reply(op[1], frame, len(op[1]) + 3, 5.0)
+            out.append(("junk", inbox.replies_dropped, len(inbox)))
+        elif op[0] == "close":
+            w = inbox.close(op[1])
+            out.append(("close", w is waiters.get(op[1]) if w is not None else None, len(inbox)))
+        elif op[0] == "cancel":  # the caller went away: its future is done, unanswered
+            w = waiters.get(op[1])
+            if isinstance(w, FakeFuture):
+                w.cancelled = True
+        elif op[0] == "due":
+            due = inbox.due(op[1])
+            out.append(("due", [(next(s for s, w in waiters.items() if w is f), subj, t)
+                                for f, subj, t in due], inbox.next_deadline()))
+        else:
+            gone = inbox.expire(op[1])
+            out.append(("expire", sorted(s for s, w in waiters.items()
+                                         if any(w is g for g in gone)), len(inbox)))
+    for serial, w in sorted(waiters.items()):
+        if isinstance(w, FakeFuture):
+            out.append((serial, w.sets, _seen(w.result)))
+        else:
+            out.append((serial, [_seen(m) for m in w._queue]))
+    out.append(("left", len(inbox), inbox.lookup(1) is not None, inbox.replies_dropped,
+                len(inbox.drain()), len(inbox), inbox.next_deadline()))
+    return out
+
+
+@compiled
+@settings(max_examples=int(os.environ.get("AOZ_TWIN_EXAMPLES", "300")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(ops=inbox_ops())
+def test_the_inboxes_answer_alike(ops: list[tuple[Any, ...]]) -> None:
+    """Opening, replies (to open, closed, timed-out and streamed requests, and junk),
+    deadlines, expiry and draining leave the same answers and waiters in both twins."""
+    assert run_inbox(_speedups.Inbox, ops) == run_inbox(_hotpath.Inbox, ops)
+
+
+@pytest.mark.parametrize("inbox_type", [
+    _hotpath.Inbox, pytest.param(getattr(_speedups, "Inbox", None), marks=compiled),
+], ids=["pure", "compiled"])
+def test_an_inbox_keeps_its_deadline_heap_near_its_open_requests(inbox_type: Any) -> None:
+    """Finished requests leave their deadlines in the heap until they are due or
+    outnumber the open ones (then the heap is rebuilt): thousands of answered requests
+    never pile up, and an open request's deadline is never lost."""
+    inbox = inbox_type(NODE, None)
+    keep = FakeFuture()
+    serial, _ = inbox.open_timed(keep, 1.0, "S", 1.0)
+    for i in range(5000):
+        fut = FakeFuture()
+        s, _ = inbox.open_timed(fut, 100.0 + i, "S", 1.0)
+        inbox.close(s)
+        fut.set_result(None)
+        assert inbox.deadlines <= 2 * (len(inbox) + 1) + 64  # the one just closed counted
+    assert inbox.next_deadline() == 1.0
+    assert inbox.due(0.5) == []
+    assert inbox.due(1.0) == [(keep, "S", 1.0)]
+    assert inbox.lookup(serial) is keep  # due() does not close: the caller does
+    assert inbox.due(10_000.0) == []  # everything else was answered
+    assert inbox.next_deadline() is None
+
+
+def test_a_reply_handle_round_trips_through_both_inboxes() -> None:
+    from aoz.protocol.frames import parse_handle
+
+    for inbox_type in filter(None, [_hotpath.Inbox, getattr(_speedups, "Inbox", None)]):
+        inbox = inbox_type(NODE, None)
+        inbox._next = 2**64 - 2  # the last serials, then the wrap to 1
+        got = []
+        for _ in range(3):
+            serial, handle = inbox.open(object(), 0.0)
+            assert handle == make_handle(NODE, serial)
+            assert parse_handle(handle) == (NODE, serial)
+            got.append(serial)
+        assert got == [2**64 - 2, 2**64 - 1, 1]

@@ -121,3 +121,157 @@ async def test_cancelled_request_leaks_no_inbox_entry(
         await req2.respond(b"fresh")
         assert (await t2).data == b"fresh"
     assert len(a._requests) == 0
+
+
+async def test_request_frames_on_the_wire_are_the_protocol_core_s() -> None:
+    """The node builds request frames from a per-subject prefix it keeps (and a bytes
+    payload without encoding it): the bytes must be encode_request's, for every kind
+    of payload, with and without headers; and each request fails at its own deadline
+    (one timer serves them all, earliest first, whatever order they were sent in)."""
+    import zmq
+    import zmq.asyncio
+
+    from aoz.protocol.builder import FrameBuilder
+    from aoz.protocol.codecs import Codec
+    from aoz.protocol.frames import decode_frame, encode_request
+
+    ctx = zmq.asyncio.Context.instance()
+    raw = ctx.socket(zmq.SUB)  # a responder that never answers: its filter counts
+    raw.setsockopt(zmq.LINGER, 0)
+    raw.setsockopt(zmq.SUBSCRIBE, b"svc.wire\0")
+    payloads: list[tuple[object, aoz.Codec | None, dict[str, str] | None]] = [
+        (b"raw", None, None), (b"", None, None), ("text", None, None), ({"k": 1}, None, None),
+        (b"as json", aoz.Codec.JSON, None), (b"hdr", None, {"trace": "1"}),
+    ]
+    try:
+        async with aoz.connect(bind=["tcp://127.0.0.1:*"]) as node:
+            raw.connect(node.endpoint)
+            await node.wait_for_interest("svc.wire", timeout=5, responders=True)
+            frames = FrameBuilder(Codec[node.settings.default_codec.upper()])
+            timeouts = [0.6, 0.2, 0.4, 0.2, 0.5, 0.3]
+            async with anyio.create_task_group() as tg:
+                ended: list[float] = []
+
+                async def one(i: int) -> None:
+                    data, codec, headers = payloads[i]
+                    with pytest.raises(aoz.RequestTimeout):
+                        await node.request("svc.wire", data, timeout=timeouts[i], codec=codec,
+                                           headers=headers)
+                    ended.append(timeouts[i])
+
+                for i in range(len(payloads)):
+                    tg.start_soon(one, i)
+                    got = await raw.recv()
+                    fr = decode_frame(got)
+                    assert fr.reply is not None
+                    data, codec, headers = payloads[i]
+                    assert got == encode_request(
+                        b"svc.wire", fr.reply, frames.payload(data, codec, headers))
+            assert sorted(ended) == ended  # each failed at its own deadline, in order
+            assert node.statistics().request_timeouts == len(payloads)
+            assert len(node._requests) == 0
+    finally:
+        raw.close(0)
+
+
+async def test_a_request_follows_the_interest_set(static_pair: tuple[aoz.Node, aoz.Node]) -> None:
+    """Where a request goes is kept per subject until the interest set changes: a
+    responder that leaves makes the next request fail fast, and one that comes back is
+    answered again (queue groups, whose members take turns, are never kept: tests/queues)."""
+    a, b = static_pair
+    async with anyio.create_task_group() as tg:
+        scope = anyio.CancelScope()
+
+        async def serve() -> None:
+            with scope:
+                await respond_forever(b, "svc.moves", b"plain")
+
+        tg.start_soon(serve)
+        await a.wait_for_interest("svc.moves", responders=True)
+        assert (await a.request("svc.moves", b"1", timeout=5)).data == b"plain:1"
+        assert (await a.request("svc.moves", b"2", timeout=5)).data == b"plain:2"
+        scope.cancel()  # the responder leaves: its filter goes
+        with anyio.fail_after(5):
+            while a.has_interest("svc.moves", responders=True):
+                await a.interest_changed(0.1)
+        with pytest.raises(aoz.NoResponders):
+            await a.request("svc.moves", b"3", timeout=5)
+        tg.start_soon(respond_forever, b, "svc.moves", b"back")
+        await a.wait_for_interest("svc.moves", responders=True)
+        assert (await a.request("svc.moves", b"4", timeout=5)).data == b"back:4"
+        tg.cancel_scope.cancel()
+
+
+async def test_reply_frames_on_the_wire_are_the_protocol_core_s() -> None:
+    """respond() builds a bytes reply without the builder: the bytes must be
+    encode_reply's for every kind of payload."""
+    import uuid
+
+    import zmq
+    import zmq.asyncio
+
+    from aoz.protocol.codecs import Codec, encode_payload
+    from aoz.protocol.frames import encode_reply, make_handle
+
+    ctx = zmq.asyncio.Context.instance()
+    pub = ctx.socket(zmq.PUB)  # the requester's publisher...
+    inbox = ctx.socket(zmq.SUB)  # ...and its inbox
+    requester = str(uuid.uuid4())
+    for s in (pub, inbox):
+        s.setsockopt(zmq.LINGER, 0)
+    inbox.setsockopt(zmq.SUBSCRIBE, f"_INBOX.{requester}".encode())
+    answers: list[tuple[object, Codec | None]] = [
+        (b"raw", None), (b"", None), ("text", None), ({"k": 1}, None), (b"j", Codec.JSON),
+        (aoz.Verbatim(b"\x05as is"), None),
+    ]
+    try:
+        async with aoz.connect(bind=["tcp://127.0.0.1:*"]) as node:
+            port = pub.bind_to_random_port("tcp://127.0.0.1")
+            node.connect_endpoint(f"tcp://127.0.0.1:{port}")
+            inbox.connect(node.endpoint)
+            async with node.subscribe("svc.back") as sub:
+                for i, (data, codec) in enumerate(answers, 1):
+                    handle = make_handle(requester, i)
+                    msg = None
+                    for _ in range(50):  # the node's SUB link to the raw PUB may be connecting
+                        await pub.send(b"svc.back\0\x02" + handle + b"\0\0q")
+                        with anyio.move_on_after(0.2):
+                            msg = await sub.next()
+                        if msg is not None:
+                            break
+                    assert msg is not None
+                    with anyio.fail_after(5):  # our inbox filter reaches the node first
+                        await node.wait_for_interest(f"_INBOX.{requester}.x", timeout=5)
+                    await msg.respond(data, codec=codec)
+                    with anyio.fail_after(5):
+                        got = await inbox.recv()
+                    assert got == encode_reply(handle, encode_payload(data, codec))
+                    while True:  # the retries' duplicates, answered or not, are not replies
+                        try:
+                            await sub.next(timeout=0.05)
+                        except aoz.WaitTimeout:
+                            break
+    finally:
+        pub.close(0)
+        inbox.close(0)
+
+
+async def test_a_request_whose_send_fails_leaves_nothing_behind(
+    static_pair: tuple[aoz.Node, aoz.Node], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The send's error reaches the caller, the inbox entry goes, and the deadline the
+    request left in the heap fails nothing later (no timeout counted, no future with an
+    exception nobody retrieves)."""
+    a, b = static_pair
+    async with b.subscribe("svc.fails"):
+        await a.wait_for_interest("svc.fails")
+
+        def refuse(frame: bytes) -> None:
+            raise aoz.TransportError("refused by the test")
+
+        monkeypatch.setattr(a._send, "send", refuse)
+        with pytest.raises(aoz.TransportError, match="refused by the test"):
+            await a.request("svc.fails", b"x", timeout=0.01)
+        assert len(a._requests) == 0
+        assert a._requests._inbox.due(float("inf")) == []  # what the timer would fail
+        assert a.statistics().request_timeouts == 0

@@ -110,7 +110,7 @@ def test_the_cache_keeps_the_last_n_per_subject_and_counts_evictions() -> None:
     c.add("B", b.publish("B", b"b"))
     assert [f[-2:] for f in c.latest("A", 10)] == [b"A7", b"A8", b"A9"]
     assert c.frames == 4 and c.subjects == 2 and c.evicted == 7
-    assert c.bytes == sum(len(f) for f in c.latest("A", 3)) + len(c.latest("B", 1)[0])
+    assert c.nbytes == sum(len(f) for f in c.latest("A", 3)) + len(c.latest("B", 1)[0])
     assert [f[-2:] for f in c.between("A", 8, 5)] == [b"A7", b"A8", b"A9"]  # 8..12
     assert c.between("A", 1, 7) == [] and c.between("Z", 1, 1) == []
 
@@ -121,9 +121,9 @@ def test_the_byte_bound_evicts_round_robin_and_holds() -> None:
     for i in range(200):
         s = f"S{i % 4}"
         c.add(s, b.publish(s, bytes(50)))
-        assert c.bytes <= 2000
+        assert c.nbytes <= 2000
     assert c.subjects == 4 and c.evicted == 200 - c.frames
-    assert c.bytes == sum(len(f) for s in ("S0", "S1", "S2", "S3") for f in c.latest(s, 100))
+    assert c.nbytes == sum(len(f) for s in ("S0", "S1", "S2", "S3") for f in c.latest(s, 100))
     counts = [len(c.latest(f"S{i}", 100)) for i in range(4)]
     assert max(counts) - min(counts) <= 1  # no subject starved
 
