@@ -196,17 +196,35 @@ async def wait_for_interest(node: Any, subject: str, wait: float) -> bool:
     return True
 
 
-async def wait_for_mesh(node: Any, timeout: float) -> int:
+async def wait_for_mesh(node: Any, timeout: float, *, both_ways: bool = False) -> int:
     """Wait (at most ``timeout`` s) until every peer discovery knows has its
     subscriptions at our publisher (:meth:`aoz.Node.wait_for_subscribers`); how many
     peers, 0 when they did not all arrive in time (the verb goes on regardless).
 
     For verbs that want every receiver (``pub``, ``req --replies``), not just the first.
+    ``both_ways`` also waits for our side of each link (``node.links``): a requester
+    that collects every reply needs each responder's publisher connected to us too.
     """
-    try:
-        return int(await node.wait_for_subscribers(None, timeout))
-    except WaitTimeout:
-        return 0
+    with anyio.move_on_after(timeout):
+        try:
+            peers = int(await node.wait_for_subscribers(None, timeout))
+        except WaitTimeout:
+            return 0
+        if not both_ways:
+            return peers
+        events = node.peer_events(links=True, current=True)
+        try:
+            up = {uuid for uuid, is_up in node.links.items() if is_up}
+            while not set(node.links) <= up:
+                ev = await events.__anext__()
+                if ev.kind == "link_up":
+                    up.add(ev.peer.uuid)
+                elif ev.kind in ("link_down", "left", "expired"):
+                    up.discard(ev.peer.uuid)
+            return peers
+        finally:
+            await events.aclose()
+    return 0
 
 
 def listen(node: Any, pattern: str, queue: str | None, *, history: int = 0,

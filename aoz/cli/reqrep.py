@@ -69,7 +69,7 @@ async def req(
         if await queues.wait_for_receivers(node, subject, wait):
             # every responder (every queue-group member) should be reachable, not just
             # the first one whose subscription arrived
-            await c.wait_for_mesh(node, wait)
+            await c.wait_for_mesh(node, wait, both_ways=True)
         for n in range(1, max(count, 1) + 1):
             value, cd = payload(body, n, codec)
             start = time.perf_counter()

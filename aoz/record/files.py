@@ -13,7 +13,17 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["partition_dir", "write_atomically"]
+__all__ = ["dictionary_columns", "partition_dir", "write_atomically"]
+
+
+def dictionary_columns(schema: Any) -> list[str]:
+    """The columns of a recording worth dictionary-encoding: strings (subjects, senders,
+    publishers, symbols repeat) and the codec. Not the payloads, numbers and times, which
+    rarely repeat: encoding them costs half the writing time and gives larger files."""
+    import pyarrow as pa
+
+    return [f.name for f in schema
+            if (pa.types.is_string(f.type) and f.name != "omnm_fields") or f.name == "codec"]
 
 
 def partition_dir(root: Path, date: str) -> Path:
@@ -28,8 +38,10 @@ def write_atomically(
     *,
     compression: str = "snappy",
     fsync: bool = False,
+    dictionary: list[str] | None = None,
 ) -> tuple[Path, int]:
-    """Write ``table`` as ``directory/name`` via a hidden temporary file; return (path, bytes)."""
+    """Write ``table`` as ``directory/name`` via a hidden temporary file; return (path, bytes).
+    ``dictionary``: the columns to dictionary-encode (default: every column)."""
     import pyarrow.parquet as pq
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -37,7 +49,10 @@ def write_atomically(
     tmp = directory / f".{name}.tmp"
     try:
         with open(tmp, "wb") as f:
-            pq.write_table(table, f, compression=compression)
+            pq.write_table(
+                table, f, compression=compression,
+                use_dictionary=True if dictionary is None else dictionary,
+            )  # fmt: skip
             f.flush()
             if fsync:
                 os.fsync(f.fileno())

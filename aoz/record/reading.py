@@ -137,6 +137,7 @@ def stream_summaries(table: Any) -> list[StreamSummary]:
 
     if "publisher_seq" not in table.column_names:
         return []
+    table = table.select(["subject", "publisher", "publisher_seq"])
     table = table.filter(pc.is_valid(table["publisher_seq"]))
     if not table.num_rows:
         return []

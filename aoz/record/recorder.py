@@ -8,12 +8,15 @@
             print(rec.statistics())
 
 How it works. A consumer task per pattern takes messages from its subscription in
-batches and appends them to an in-memory buffer; nothing is decoded on the event loop.
+batches (``batches()``) and appends their raw frames and receive times to an in-memory
+buffer; nothing is decoded on the event loop.
 The tasks live in a :class:`aoz._tasks.TaskOwner`, so a recorder opened in one task
 can be closed in another. A flusher task swaps the buffer out every ``flush_rows`` rows
 or ``flush_interval`` seconds and, in a worker thread (:func:`anyio.to_thread.run_sync`),
-decodes the payloads in bulk (one decoder call per codec, one ``pyarrow.array`` per
-column: :func:`aoz.record.schema.build_tables`), builds one Arrow table per UTC date
+joins the frames into one buffer (:class:`aoz.record.bulk.FrameBatch`) and, in that
+thread or a worker process, cuts and decodes them in bulk
+(:func:`aoz.record.bulk.tables_from_frames`: numpy over the buffer, one decoder call,
+Arrow buffers), builds one Arrow table per UTC date
 and writes each to a hidden temporary
 file that is then renamed into ``<directory>/date=YYYY-MM-DD/`` (see
 :mod:`aoz.record.files`), so readers only ever see complete files. The columns are
@@ -37,12 +40,15 @@ import logging
 import os
 import signal
 import sys
+import tempfile
 import time
 import uuid as uuidlib
 import zlib
+from array import array
 from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import anyio
 import anyio.abc
@@ -50,12 +56,12 @@ import msgspec
 
 from .._tasks import TaskOwner
 from ..errors import AozError, ConfigError, UsageError, WaitTimeout
-from .files import partition_dir, write_atomically
+from .bulk import FrameBatch, pack, tables_from_frames
+from .files import dictionary_columns, partition_dir, write_atomically
 from .reading import with_summaries
 from .schema import Column, build_tables, columns_for
 
 if TYPE_CHECKING:
-    from ..message import Message
     from ..node import Node
     from ..subscription import Subscription
 
@@ -64,6 +70,8 @@ __all__ = ["Recorder", "RecorderStatistics", "record_main", "resolve_types"]
 log = logging.getLogger("aoz.record")
 
 _Row = tuple[str, float, bytes]
+_FRAME: Final = attrgetter("frame")
+_RECEIVED_AT: Final = attrgetter("received_at")
 
 
 class RecorderStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -75,6 +83,8 @@ class RecorderStatistics(msgspec.Struct, frozen=True, kw_only=True):
     files: int  #: files written
     bytes: int  #: bytes of Parquet written
     dropped: int  #: messages the subscriptions' overflow policy discarded
+    #: messages known missing upstream (sequence gaps: a publisher's full send queue...)
+    lost: int = 0
     decode_errors: int  #: msgpack/JSON payloads that did not parse (kept, with null fields)
     write_errors: int  #: failed writes (their rows are kept and retried)
     elapsed: float  #: seconds since the recorder started
@@ -100,9 +110,9 @@ class Recorder:
         fsync: fsync each file and its directory before reporting it written.
         compression: Parquet codec (``snappy``, ``zstd``, ``none``...).
         writer: where payloads are decoded and files built: ``"thread"`` (a worker
-            thread, which holds the GIL while it decodes) or ``"process"`` (a worker
-            process started by a fork server: the event loop keeps the GIL for
-            receiving, at the cost of pickling each flush's rows to it).
+            thread: it holds the GIL while it decodes, not in numpy's and Arrow's
+            kernels nor while Parquet is written) or ``"process"`` (a worker process
+            started by a fork server: each flush's frames go to it as one buffer).
         partition: ``(i, n)``: record only the subjects whose stable hash (CRC-32) modulo
             ``n`` is ``i``, so ``n`` recorders (``aoz record --partition i/n``) share
             the subjects of the same patterns.
@@ -153,7 +163,8 @@ class Recorder:
         self.compression = compression
         self._id = uuidlib.uuid4().hex[:8]
         self._subs: list[Subscription] = []
-        self._buffer: list[Message] = []
+        self._frames: list[bytes] = []  # the buffer: raw frames...
+        self._times: list[float] = []  # ...and when each was received
         self._writing = 0
         self._owner: TaskOwner | None = None
         # anyio primitives need a running loop: made in start().
@@ -218,7 +229,8 @@ class Recorder:
             with anyio.CancelScope(shield=True):
                 for sub in self._subs:
                     while (msg := sub.get_nowait()) is not None:
-                        self._buffer.append(msg)
+                        self._frames.append(msg.frame)
+                        self._times.append(msg.received_at)
                         self._received += 1
                     sub.close()
                 self._signal_progress()
@@ -237,16 +249,17 @@ class Recorder:
                     tg.start_soon(self._consume, sub)
 
     async def _consume(self, sub: Subscription) -> None:
-        async for batch in sub.batches(1024):
+        # batches up to a flush: a queue that holds many is taken whole (one C-level copy)
+        async for batch in sub.batches(max(1024, self.flush_rows)):
             if self.partition is not None:
                 batch = [m for m in batch if self._is_mine(m.subject)]
-            self._buffer.extend(batch)
+            self._frames += map(_FRAME, batch)
+            self._times += map(_RECEIVED_AT, batch)
             self._received += len(batch)
             self._signal_progress()
-            pending = len(self._buffer)
-            if pending >= self.flush_rows:
+            if len(self._frames) >= self.flush_rows:
                 self._flush_wanted.set()
-            while len(self._buffer) + self._writing >= self.max_pending_rows:
+            while len(self._frames) + self._writing >= self.max_pending_rows:
                 self._flush_wanted.set()
                 await self._room.wait()
 
@@ -264,7 +277,7 @@ class Recorder:
         with self._flusher:
             while True:
                 self._flush_wanted = anyio.Event()
-                if len(self._buffer) < self.flush_rows:
+                if len(self._frames) < self.flush_rows:
                     with anyio.move_on_after(self.flush_interval):
                         await self._flush_wanted.wait()
                 try:
@@ -275,23 +288,25 @@ class Recorder:
     async def flush(self) -> list[Path]:
         """Write what is buffered now (in a worker thread); return the new files."""
         async with self._write_lock:
-            rows, self._buffer = self._buffer, []
-            if not rows:
+            frames, times = self._frames, self._times
+            if not frames:
                 return []
-            self._writing = len(rows)
+            self._frames, self._times = [], []
+            self._writing = len(frames)
             try:
                 with anyio.CancelScope(shield=True):
-                    paths, errors = await anyio.to_thread.run_sync(self._write, rows)
+                    paths, errors = await anyio.to_thread.run_sync(self._write, frames, times)
             except Exception as exc:  # whatever went wrong, one bad row never loses the buffer
                 self._write_errors += 1
-                self._buffer[:0] = rows  # keep them; the next flush retries
+                self._frames[:0] = frames  # keep them; the next flush retries
+                self._times[:0] = times
                 raise AozError(f"recorder could not write to {self.directory}: {exc}") from exc
             finally:
                 self._writing = 0
                 room, self._room = self._room, anyio.Event()
                 room.set()
             self._decode_errors += errors
-            self._written += len(rows)
+            self._written += len(frames)
             self._signal_progress()
             return paths
 
@@ -319,12 +334,11 @@ class Recorder:
             ) from None
         return self.statistics()
 
-    def _write(self, messages: list[Message]) -> tuple[list[Path], int]:
-        rows: list[_Row] = [(m.subject, m.received_at, m.payload) for m in messages]
-        job = (rows, self.columns, str(self.directory), self._id, self._file_no,
+    def _write(self, frames: list[bytes], times: list[float]) -> tuple[list[Path], int]:
+        job = (pack(frames, times), self.columns, str(self.directory), self._id, self._file_no,
                self.compression, self.fsync)  # fmt: skip
         if self.writer == "thread":
-            written, errors = write_rows(*job)
+            written, errors = write_frames(*job)
         else:
             written, errors = self._in_process(job)
         paths = []
@@ -337,18 +351,24 @@ class Recorder:
         return paths, errors
 
     def _in_process(self, job: tuple[Any, ...]) -> tuple[list[tuple[str, int]], int]:
-        """:func:`write_rows` in the worker process (blocking: called in a thread); a
+        """:func:`write_frames` in the worker process (blocking: called in a thread); a
         worker that died is replaced, and the rows are retried by the next flush."""
         from concurrent.futures.process import BrokenProcessPool
 
         if self._pool is None:
             self._pool = _new_pool()
+        batch, *rest = job
+        spool = _spool(batch, self.directory, self._id)
         try:
-            result: tuple[list[tuple[str, int]], int] = self._pool.submit(write_rows, *job).result()
+            result: tuple[list[tuple[str, int]], int] = self._pool.submit(
+                write_spooled, str(spool), len(batch.lengths), *rest
+            ).result()
         except BrokenProcessPool:
             self._pool.shutdown(wait=False)
             self._pool = None
             raise
+        finally:
+            spool.unlink(missing_ok=True)
         return result
 
     # ------------------------------------------------------------------ statistics
@@ -357,10 +377,11 @@ class Recorder:
         return RecorderStatistics(
             received=self._received,
             written=self._written,
-            pending=len(self._buffer) + self._writing,
+            pending=len(self._frames) + self._writing,
             files=self._files,
             bytes=self._bytes,
             dropped=sum(s.dropped for s in self._subs),
+            lost=sum(s.lost for s in self._subs),
             decode_errors=self._decode_errors,
             write_errors=self._write_errors,
             elapsed=elapsed,
@@ -391,12 +412,69 @@ def write_rows(
     compression: str,
     fsync: bool,
 ) -> tuple[list[tuple[str, int]], int]:
-    """Build the tables of ``rows`` and write them as files ``file_no + 1``... of recorder
-    run ``recorder_id``, each with its stream summaries in its footer
-    (:func:`aoz.record.reading.with_summaries`); returns ``([(path, bytes)], errors)``.
-    Runs in the recorder's worker process (or a thread): everything it needs is in its
-    arguments."""
+    """Build the tables of ``(subject, received_at, payload)`` rows and write them as
+    files ``file_no + 1``... of recorder run ``recorder_id`` (see :func:`write_frames`)."""
     tables, errors = build_tables(rows, columns)
+    return _write_tables(tables, directory, recorder_id, file_no, compression, fsync), errors
+
+
+def write_frames(
+    batch: FrameBatch,
+    columns: tuple[Column, ...],
+    directory: str,
+    recorder_id: str,
+    file_no: int,
+    compression: str,
+    fsync: bool,
+) -> tuple[list[tuple[str, int]], int]:
+    """Build the tables of the received frames of ``batch`` and write them as files
+    ``file_no + 1``... of recorder run ``recorder_id``, each with its stream summaries in
+    its footer (:func:`aoz.record.reading.with_summaries`); returns
+    ``([(path, bytes)], errors)``. Runs in the recorder's worker process (or a thread):
+    everything it needs is in its arguments."""
+    tables, errors = tables_from_frames(batch, columns)
+    return _write_tables(tables, directory, recorder_id, file_no, compression, fsync), errors
+
+
+def write_spooled(
+    path: str, n: int, columns: tuple[Column, ...], directory: str, recorder_id: str,
+    file_no: int, compression: str, fsync: bool,
+) -> tuple[list[tuple[str, int]], int]:
+    """:func:`write_frames` of the ``n`` frames the recorder spooled to ``path`` (their
+    lengths, receive times and the frames, one read: see :func:`_spool`)."""
+    data = memoryview(Path(path).read_bytes())
+    lengths, received = array("q"), array("d")
+    lengths.frombytes(data[: 8 * n])
+    received.frombytes(data[8 * n : 16 * n])
+    batch = FrameBatch(bytes(data[16 * n :]), lengths, received)
+    return write_frames(batch, columns, directory, recorder_id, file_no, compression, fsync)
+
+
+def _spool(batch: FrameBatch, directory: Path, recorder_id: str) -> Path:
+    """Write ``batch`` to a hidden file for the worker process, in memory (``/dev/shm``)
+    where there is one, else in the recording's directory (readers skip hidden names):
+    a few large writes and one read instead of pickling megabytes through a pipe, 64 KiB
+    and two context switches at a time. The caller removes it."""
+    where = _SHM if _SHM.is_dir() and os.access(_SHM, os.W_OK) else directory
+    fd, name = tempfile.mkstemp(prefix=f".aoz-frames-{recorder_id}-", suffix=".tmp", dir=where)
+    try:
+        with open(fd, "wb") as f:
+            f.write(batch.lengths)
+            f.write(batch.received)
+            f.write(batch.blob)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+    return Path(name)
+
+
+_SHM: Final = Path("/dev/shm")
+
+
+def _write_tables(
+    tables: dict[str, Any], directory: str, recorder_id: str, file_no: int,
+    compression: str, fsync: bool,
+) -> list[tuple[str, int]]:
     written = []
     stamp = int(time.time() * 1_000_000)
     for date, table in tables.items():
@@ -404,10 +482,10 @@ def write_rows(
         name = f"part-{stamp}-{recorder_id}-{file_no:06d}.parquet"
         path, size = write_atomically(
             with_summaries(table), partition_dir(Path(directory), date), name,
-            compression=compression, fsync=fsync,
+            compression=compression, fsync=fsync, dictionary=dictionary_columns(table.schema),
         )  # fmt: skip
         written.append((str(path), size))
-    return written, errors
+    return written
 
 
 def _new_pool() -> Any:

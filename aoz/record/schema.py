@@ -268,6 +268,16 @@ class _Decoded:
         self.json = msgspec.json.Decoder(list[self.row])  # type: ignore[name-defined]
         self.one_msgpack = msgspec.msgpack.Decoder(self.row)
         self.one_json = msgspec.json.Decoder(self.row)
+        self.msgpack_spans = msgspec.msgpack.Decoder(list[msgspec.Raw])
+        self.json_spans = msgspec.json.Decoder(list[msgspec.Raw])
+
+    def spans(self, codec: int, joined: Any) -> list[int]:
+        """The length of each element of a joined array, as the decoder reads it: a body
+        is decoded alone in a batch only if its element is exactly the body (a truncated
+        body followed by one with trailing bytes would otherwise borrow them, and the
+        batch would still give one value per body). Raises like the decoder."""
+        raws = (self.msgpack_spans if codec == 1 else self.json_spans).decode(joined)
+        return list(map(len, raws))
 
     def decode(self, codec: int, bodies: list[bytes]) -> tuple[list[Any], int]:
         """Each body's fields (the empty row for a body that is not a map), and errors.
@@ -279,12 +289,12 @@ class _Decoded:
         n = len(bodies)
         try:
             if codec == 1:
-                rows: list[Any] = self.msgpack.decode(
-                    b"".join((b"\xdd", n.to_bytes(4, "big"), *bodies))
-                )
+                joined = b"".join((b"\xdd", n.to_bytes(4, "big"), *bodies))
             else:
-                rows = self.json.decode(b"[" + b",".join(bodies) + b"]")
-            return rows, 0
+                joined = b"[" + b",".join(bodies) + b"]"
+            if self.spans(codec, joined) == list(map(len, bodies)):
+                rows: list[Any] = (self.msgpack if codec == 1 else self.json).decode(joined)
+                return rows, 0
         except (msgspec.DecodeError, ValueError, RecursionError):  # hostile nesting too
             pass
         one = self.one_msgpack if codec == 1 else self.one_json
@@ -310,11 +320,12 @@ class _Decoded:
 
 _DECODERS: dict[tuple[Column, ...], _Decoded] = {}
 _BYTES: Final = [bytes((i,)) for i in range(256)]
-_SEQ_MSGPACK: Final = 0x01 | FLAG  # msgpack with a sequence header, no header block
-_SEQ_HEAD: Final = 13  # its first byte, publisher id and number (aoz.protocol.sequence)
+SEQ_MSGPACK: Final = 0x01 | FLAG  # msgpack with a sequence header, no header block
+SEQ_HEAD: Final = 13  # its first byte, publisher id and number (aoz.protocol.sequence)
 
 
-def _decoder(decoded: tuple[Column, ...]) -> _Decoded:
+def decoder(decoded: tuple[Column, ...]) -> _Decoded:
+    """The bulk decoder of the fields a recording with ``decoded`` columns reads (cached)."""
     d = _DECODERS.get(decoded)
     if d is None:
         if len(_DECODERS) > 32:
@@ -386,14 +397,13 @@ def build_tables(
     the decoded fields (:func:`_bulk_sequenced_msgpack`).
     """
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     rows = list(rows)
     decoded = tuple(decoded)
     if not rows:
         return {}, 0
     subjects, received, payloads = (list(c) for c in zip(*rows, strict=True))
-    dec = _decoder(decoded)
+    dec = decoder(decoded)
     bulk = _bulk_sequenced_msgpack(payloads, dec)
     if bulk is not None:  # one aoz feed: every payload sequenced msgpack (the common case)
         fields, publisher, publisher_seq, payload_array = bulk
@@ -414,49 +424,73 @@ def build_tables(
                     continue
                 omnm_fields[i] = _JSON_ENCODER.encode(omnm.to_json(msg)).decode()
 
+    return assemble(
+        pa.array(subjects, type=pa.string()), pa.array(received, type=pa.float64()), fields,
+        codecs, payload_array if payload_array is not None
+        else pa.array(payloads, type=pa.binary()),
+        publisher, publisher_seq, pa.array(omnm_fields, type=pa.string()), decoded, errors,
+    )  # fmt: skip
+
+
+def assemble(
+    subject: Any, received: Any, fields: list[Any], codecs: list[int], payload: Any,
+    publisher: Any, publisher_seq: Any, omnm_fields: Any, decoded: tuple[Column, ...],
+    errors: int,
+) -> tuple[dict[str, Any], int]:
+    """The tables of :func:`build_tables` from its columns (Arrow arrays) and decoded
+    ``fields`` (rows of the decoder's struct): the columns taken out of the fields, the
+    table split by UTC receive date. Shared with :mod:`aoz.record.bulk`."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    dec = decoder(decoded)
+
     def col(name: str) -> list[Any]:
         return list(map(attrgetter(dec.attr[name]), fields))
 
     def first(*names: str) -> list[Any]:
         out = col(names[0])
         for name in names[1:]:
-            if out.count(None):
+            missing = out.count(None)
+            if missing:
                 other = col(name)
-                if other.count(None) != len(other):
+                if missing == len(out):
+                    out = other
+                elif other.count(None) != len(other):
                     out = [a if a is not None else b for a, b in zip(out, other, strict=True)]
         return out
 
     sender = _column(col("sender"), "string")
     sender = pc.if_else(pc.equal(sender, ""), pa.scalar(None, pa.string()), sender)
-    recv = pa.array(received, type=pa.float64())
     arrays = {
-        "subject": pa.array(subjects, type=pa.string()),
+        "subject": subject,
         "sender": sender,
         "sequence": _column(first(*SEQUENCE_FIELDS), "int"),
         "send_ts": _send_micros(first(*SEND_TS_FIELDS)),
-        "receive_ts": pc.cast(pc.round(pc.multiply(recv, 1e6)), pa.int64()).cast(
+        "receive_ts": pc.cast(pc.round(pc.multiply(received, 1e6)), pa.int64()).cast(
             pa.timestamp("us", tz="UTC")
         ),
         "publisher": publisher,
         "publisher_seq": publisher_seq,
         "codec": pa.array(codecs if max(codecs) <= 3 else [c if c <= 3 or c == 0x4F else -1
                                                            for c in codecs], type=pa.int64()),
-        "payload": (payload_array if payload_array is not None
-                    else pa.array(payloads, type=pa.binary())),
-        "omnm_fields": pa.array(omnm_fields, type=pa.string()),
+        "payload": payload,
+        "omnm_fields": omnm_fields,
     }  # fmt: skip
     for c in decoded:
         arrays[c.name] = _column(col(c.name), c.kind)
     schema = arrow_schema(decoded)
     table = pa.Table.from_arrays([arrays[f.name] for f in schema], schema=schema)
-    days = [int(t // 86_400) for t in (min(received), max(received))]
-    if days[0] == days[1]:
-        return {_date(days[0]): table}, errors
-    day_of = [int(t // 86_400) for t in received]
+    # as Python's float //: t / 86400 can round up to the next day a hair before midnight
+    day_of = pc.floor(pc.divide(received, 86_400.0))
+    day_of = pc.if_else(pc.greater(pc.multiply(day_of, 86_400.0), received),
+                        pc.subtract(day_of, 1.0), day_of)  # fmt: skip
+    lo, hi = (int(v.as_py()) for v in pc.min_max(day_of).values())
+    if lo == hi:
+        return {_date(lo): table}, errors
     tables = {}
-    for day in sorted(set(day_of)):
-        mask = pa.array([d == day for d in day_of])
-        tables[_date(day)] = table.filter(mask)
+    for day in sorted(pc.unique(day_of).to_pylist()):
+        tables[_date(int(day))] = table.filter(pc.equal(day_of, day))
     return tables, errors
 
 
@@ -533,31 +567,32 @@ def _bulk_sequenced_msgpack(
 
     n = len(payloads)
     lens = np.fromiter(map(len, payloads), dtype=np.int64, count=n)
-    if n == 0 or int(lens.min()) < _SEQ_HEAD:
+    if n == 0 or int(lens.min()) < SEQ_HEAD:
         return None
     blob = b"".join(payloads)
     buf = np.frombuffer(blob, dtype=np.uint8)
     ends = np.cumsum(lens)
     starts = ends - lens
-    if not bool((buf[starts] == _SEQ_MSGPACK).all()):
+    if not bool((buf[starts] == SEQ_MSGPACK).all()):
         return None
-    head = starts[:, None] + np.arange(1, _SEQ_HEAD)  # publisher id and number, per row
+    head = starts[:, None] + np.arange(1, SEQ_HEAD)  # publisher id and number, per row
     ids = np.ascontiguousarray(buf[head[:, :8]]).view("<u8").ravel()
     seqs = np.ascontiguousarray(buf[head[:, 8:]]).view("<u4").ravel()
     keep = np.ones(len(buf), dtype=bool)
     keep[head.ravel()] = False
     payload_blob = buf[keep]  # each payload: its codec byte and body
     keep[starts] = False
+    joined = b"".join((b"\xdd", n.to_bytes(4, "big"), buf[keep].tobytes()))
     try:
-        fields: list[Any] = dec.msgpack.decode(
-            b"".join((b"\xdd", n.to_bytes(4, "big"), buf[keep].tobytes()))
-        )
+        if not np.array_equal(dec.spans(1, joined), lens - SEQ_HEAD):
+            return None  # a body that is not one msgpack value: found row by row
+        fields: list[Any] = dec.msgpack.decode(joined)
     except (msgspec.DecodeError, ValueError, RecursionError):
         return None
     if len(fields) != n:  # pragma: no cover - n bodies in, n rows out
         return None
     offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lens - (_SEQ_HEAD - 1), out=offsets[1:])
+    np.cumsum(lens - (SEQ_HEAD - 1), out=offsets[1:])
     if offsets[-1] >= 2**31:
         return None
     payload_blob[offsets[:-1]] = 0x01  # the codec byte without the sequence flag

@@ -49,7 +49,7 @@ def test_bulk_and_row_by_row_tables_are_equal(monkeypatch: pytest.MonkeyPatch) -
     builders = [FrameBuilder(Codec.MSGPACK, publisher=p) for p in (7, 2**64 - 1)]
     rows = rows_from(builders, 500)
     cols = schema.columns_for([Tick])
-    assert schema._bulk_sequenced_msgpack([r[2] for r in rows], schema._decoder(cols))
+    assert schema._bulk_sequenced_msgpack([r[2] for r in rows], schema.decoder(cols))
     fast, slow = tables(rows, True, monkeypatch), tables(rows, False, monkeypatch)
     assert fast[1] == slow[1] == 0 and fast[0].keys() == slow[0].keys()
     for day in fast[0]:
@@ -63,7 +63,7 @@ def test_bulk_and_row_by_row_tables_are_equal(monkeypatch: pytest.MonkeyPatch) -
 def test_anything_else_takes_the_row_by_row_path(monkeypatch: pytest.MonkeyPatch) -> None:
     b = FrameBuilder(Codec.MSGPACK, publisher=9)
     rows = rows_from([b], 20)
-    dec = schema._decoder(schema.columns_for([Tick]))
+    dec = schema.decoder(schema.columns_for([Tick]))
     bad_body = [*rows[:5], ("T.S0", 1.7e9, rows[5][2][:13] + b"\xc1"), *rows[6:]]
     unsequenced = [*rows[:5], ("T.S0", 1.7e9, b"\x01" + msgspec.msgpack.encode({"seq": 1}))]
     with_headers = [*rows[:5], ("T.S0", 1.7e9, add_headers(rows[5][2], {"k": "v"}, 12))]
