@@ -13,7 +13,8 @@ The contract, which neither twin steps outside of:
 - a drain reads and writes a :class:`ReceiveSide` (:class:`aoz.receive.Receiver`): its
   routing table, responder, reply callback, the sequence tracker's ``last_seen`` table,
   its ``holds`` flag and counters, and its three methods for the uncommon cases;
-- a subscription is read for ``blocking`` and fed with ``push``/``push_many``;
+- a subscription is read for ``blocking`` (then asked for its ``room()`` once per
+  drain) and fed with ``push``/``push_many``;
 - a :class:`Sender` reads its :class:`FrameSource` (:class:`aoz.protocol.builder.
   FrameBuilder`): ``entries`` (a subject's cached prefix and sequence number),
   ``publisher``, ``publish`` and ``publish_many``; it sends on ``pub``; with a
@@ -59,11 +60,11 @@ from .subscription import Mailbox, Subscription
 
 __all__ = [
     "ABI", "BATCH", "CONSTANTS", "COPY_THRESHOLD", "YIELD_EVERY", "CacheStore", "Entry",
-    "FrameSource", "Inbox", "ReceiveSide", "Sender", "drain_sub",
+    "FrameSource", "Inbox", "ReceiveSide", "Sender", "drain_sub", "subscription_anext",
 ]
 
 #: bump with any change to the twins' contract (the compiled module's ABI must match)
-ABI: Final = 11
+ABI: Final = 12
 BATCH: Final = 1024  # frames drained per wake-up before other callbacks run
 COPY_THRESHOLD: Final = 65536  # larger frames are sent zero-copy
 YIELD_EVERY: Final = 256  # publishes between forced yields of `await node.publish`
@@ -83,6 +84,11 @@ _send: Callable[..., object] = getattr(zmq.backend, "Socket", zmq.Socket).send
 
 # Entry: the pure twin's entry type is the builder's (the compiled twin has its own,
 # readable from C)
+
+#: ``Subscription.__anext__`` of the twin, or None for the subscription's own coroutine
+#: (the compiled twin's returns a queued message in a ready awaitable; the result of
+#: awaiting either is the same)
+subscription_anext: Callable[[Subscription], Any] | None = None
 
 
 class ReceiveSide(Protocol):
@@ -128,8 +134,10 @@ def drain_sub(rx: ReceiveSide, sock: zmq.Socket[bytes]) -> int:
 
     A publish frame on a subject seen before costs one parse, one slice, one dict
     lookup and one Message; messages are collected per subscription and handed over
-    with one ``push_many`` each at the end (a subscription with ``overflow="block"``
-    takes them one at a time, so that the drain stops at the frame that fills it).
+    with one ``push_many`` each at the end. A subscription with ``overflow="block"``
+    is asked for its ``room()`` once per drain and given at most that many in its
+    batch: the drain stops at the frame that fills it (a message that may be packed,
+    or any message when ``room()`` is 0, is ``push``-ed at once instead).
     """
     recv = sock.recv
     noblock = zmq.NOBLOCK
@@ -141,11 +149,13 @@ def drain_sub(rx: ReceiveSide, sock: zmq.Socket[bytes]) -> int:
     unpack = PACK.unpack_from
     last_seen = rx.last_seen
     pending: dict[Subscription, list[Message]] = {}
+    budget: dict[Subscription, int] = {}  # what each blocking subscription may still take
+    full = False  # a blocking subscription is full once this drain's batches are in
     now = time.time()
     n = 0
     nbytes = 0
     try:
-        while n < BATCH and not rx.holds:
+        while n < BATCH and not rx.holds and not full:
             frame = recv(noblock)
             n += 1
             nbytes += len(frame)
@@ -170,20 +180,38 @@ def drain_sub(rx: ReceiveSide, sock: zmq.Socket[bytes]) -> int:
                         if st is not None and st[0] == pid and seq == st[1] + 1:
                             st[1] = seq
                         else:
+                            if pending:  # what came before a gap is queued before it
+                                _hand_over(pending)  # is reported (recovery holds)
                             rx.sequence(sb, pid, seq, msg, subs)
                     for s in subs:
                         if s.blocking:
-                            s.push(msg)
+                            # a blocking subscription takes up to room() messages as one
+                            # batch, and the drain stops at the frame that fills it; a
+                            # message that may be packed (its rows are queued whole), or
+                            # room() 0, is pushed at once, in order
+                            left = budget.get(s)
+                            if left is None:
+                                left = s.room()
+                            if left <= 0 or data == start:
+                                if pending:
+                                    _hand_over(pending)
+                                s.push(msg)
+                                budget.pop(s, None)  # its room changed: asked again
+                                continue
+                            left -= 1
+                            budget[s] = left
+                            if not left:
+                                full = True
+                        queued = pending.get(s)
+                        if queued is None:
+                            pending[s] = [msg]
                         else:
-                            queued = pending.get(s)
-                            if queued is None:
-                                pending[s] = [msg]
-                            else:
-                                queued.append(msg)
+                            queued.append(msg)
             else:
                 if pending:  # keep each subscription's messages in arrival order
                     _hand_over(pending)
                 rx.other_frame(frame, now)
+                budget.clear()  # it may have pushed: rooms are asked again
     except zmq.Again:
         pass
     except zmq.ZMQError as exc:

@@ -5,8 +5,11 @@ from typing import Any
 ABI: int
 BATCH: int
 CONSTANTS: dict[str, int]
+LIBZMQ_DIRECT: bool
+LIBZMQ_FALLBACK: str
 
 def drain_sub(plane: Any, sock: Any) -> int: ...
+def subscription_anext(self: Any) -> Any: ...
 
 class Entry:
     header: bytes

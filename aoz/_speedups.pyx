@@ -15,6 +15,7 @@ twin's.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.object cimport PyObject_GetAttr
 from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport Py_SIZE
 from cpython.ref cimport PyObject
@@ -23,6 +24,7 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.string cimport memchr, memcmp, memcpy
 
 import heapq
+import os
 import time
 from collections import deque
 
@@ -34,7 +36,7 @@ from .message import Message
 from .protocol.frames import Kind, inbox_subject, parse_handle
 from .subscription import Mailbox
 
-ABI = 11
+ABI = 12
 BATCH = 1024
 #: the protocol's numbers built in below; aoz.hotpath checks them against aoz._hotpath's
 CONSTANTS = {"BATCH": BATCH, "MAX_SUBJECT": 256, "HEADER_LEN": 13, "AOZ_CODEC_IDS": 4,
@@ -42,6 +44,100 @@ CONSTANTS = {"BATCH": BATCH, "MAX_SUBJECT": 256, "HEADER_LEN": 13, "AOZ_CODEC_ID
              "HEAP_SLACK": 64}
 
 cdef Py_ssize_t _BATCH = BATCH
+
+
+# ---------------------------------------------------------------------- async for
+# ``Subscription.__anext__`` when a message is already queued: the message in a ready
+# awaitable instead of a coroutine (one coroutine per message was a fifth of a
+# subscriber's cost). ``await`` takes it through am_send, with no StopIteration; it is
+# also a collections.abc.Coroutine (send, throw, close), so asyncio.create_task and
+# anyio take it as they take a coroutine. Awaited a second time it gives None, as a
+# finished coroutine cannot be awaited again (that raises; a ready one has nothing left).
+cdef extern from *:
+    """
+    typedef struct { PyObject_HEAD PyObject *value; } aoz_ready;
+    static PyTypeObject aoz_ready_type;
+
+    static void aoz_ready_dealloc(PyObject *self) {
+        Py_XDECREF(((aoz_ready *)self)->value);
+        PyObject_Free(self);
+    }
+    static PyObject *aoz_ready_take(PyObject *self) {
+        PyObject *v = ((aoz_ready *)self)->value;
+        ((aoz_ready *)self)->value = NULL;
+        if (v == NULL) { Py_INCREF(Py_None); v = Py_None; }
+        return v;
+    }
+    static PyObject *aoz_ready_await(PyObject *self) { Py_INCREF(self); return self; }
+    static PySendResult aoz_ready_am_send(PyObject *self, PyObject *arg, PyObject **out) {
+        *out = aoz_ready_take(self);
+        return PYGEN_RETURN;
+    }
+    static PyObject *aoz_ready_stop(PyObject *self) {
+        PyObject *v = aoz_ready_take(self);
+        PyObject *stop = PyObject_CallOneArg(PyExc_StopIteration, v);
+        Py_DECREF(v);
+        if (stop != NULL) { PyErr_SetObject(PyExc_StopIteration, stop); Py_DECREF(stop); }
+        return NULL;
+    }
+    static PyObject *aoz_ready_send(PyObject *self, PyObject *arg) { return aoz_ready_stop(self); }
+    static PyObject *aoz_ready_throw(PyObject *self, PyObject *const *args, Py_ssize_t n) {
+        Py_CLEAR(((aoz_ready *)self)->value);
+        if (n < 1) { PyErr_SetString(PyExc_TypeError, "throw expects an exception"); return NULL; }
+        PyObject *e = args[0];
+        if (PyExceptionClass_Check(e)) { PyErr_SetNone(e); }
+        else { PyErr_SetObject((PyObject *)Py_TYPE(e), e); }
+        return NULL;
+    }
+    static PyObject *aoz_ready_close(PyObject *self, PyObject *unused) {
+        Py_CLEAR(((aoz_ready *)self)->value);
+        Py_RETURN_NONE;
+    }
+    static PyMethodDef aoz_ready_methods[] = {
+        {"send", (PyCFunction)aoz_ready_send, METH_O, NULL},
+        {"throw", (PyCFunction)(void(*)(void))aoz_ready_throw, METH_FASTCALL, NULL},
+        {"close", (PyCFunction)aoz_ready_close, METH_NOARGS, NULL},
+        {NULL, NULL, 0, NULL}
+    };
+    static PyAsyncMethods aoz_ready_async = {aoz_ready_await, 0, 0, aoz_ready_am_send};
+
+    static int aoz_ready_init(void) {
+        aoz_ready_type.tp_name = "aoz._speedups.Ready";
+        aoz_ready_type.tp_basicsize = sizeof(aoz_ready);
+        aoz_ready_type.tp_dealloc = aoz_ready_dealloc;
+        aoz_ready_type.tp_flags = Py_TPFLAGS_DEFAULT;
+        aoz_ready_type.tp_as_async = &aoz_ready_async;
+        aoz_ready_type.tp_iter = PyObject_SelfIter;
+        aoz_ready_type.tp_iternext = aoz_ready_stop;
+        aoz_ready_type.tp_methods = aoz_ready_methods;
+        aoz_ready_type.tp_doc = "A message already queued, as an awaitable (aoz's async for).";
+        return PyType_Ready(&aoz_ready_type);
+    }
+    static PyObject *aoz_ready_new(PyObject *value) {
+        aoz_ready *r = PyObject_New(aoz_ready, &aoz_ready_type);
+        if (r == NULL) return NULL;
+        Py_INCREF(value);
+        r->value = value;
+        return (PyObject *)r;
+    }
+    """
+    int aoz_ready_init() except -1
+    object aoz_ready_new(object value)
+
+aoz_ready_init()
+cdef object _QUEUE = "_queue"
+cdef object _HELD = "_held"
+cdef object _GET = "_get"
+
+
+def subscription_anext(self):
+    """``Subscription.__anext__`` (aoz.hotpath puts it there): a message already
+    queued comes in a ready awaitable; otherwise (nothing queued, or a held producer to
+    tell) the subscription's own coroutine, as the pure-Python ``__anext__``."""
+    q = PyObject_GetAttr(self, _QUEUE)
+    if q and not PyObject_GetAttr(self, _HELD):
+        return aoz_ready_new(q.popleft())
+    return PyObject_GetAttr(self, _GET)()
 cdef int _NOBLOCK = zmq.NOBLOCK
 cdef object _Again = zmq.Again
 cdef object _ZMQError = zmq.ZMQError
@@ -63,6 +159,132 @@ cdef uint8_t _HEADERS = CONSTANTS["HEADERS_FLAG"]  # aoz.protocol.headers
 cdef Py_ssize_t _COPY_THRESHOLD = CONSTANTS["COPY_THRESHOLD"]  # aoz._hotpath
 cdef unsigned int _YIELD_EVERY = CONSTANTS["YIELD_EVERY"]  # aoz._hotpath
 cdef Py_ssize_t _HANDLE_LEN = CONSTANTS["HANDLE_LEN"]  # aoz.protocol.frames
+
+
+# ---------------------------------------------------------------------- libzmq, directly
+# The frames of the hot path go to and from libzmq without pyzmq's Python-level call
+# (argument parsing, a release of the GIL around a call that cannot block): through the
+# libzmq pyzmq itself loaded, found by its symbols in pyzmq's own extension module and
+# the libraries it links (dlopen with RTLD_NOLOAD: nothing new is ever loaded). Where
+# they cannot be found (another pyzmq backend, a platform without dlopen, a libzmq whose
+# version differs from the one pyzmq reports), or AOZ_LIBZMQ_DIRECT=0, every call goes
+# through pyzmq as before. Any error but EAGAIN is left to pyzmq too (it raises it).
+cdef extern from *:
+    """
+    typedef struct { unsigned char _[64]; } __attribute__((aligned(8))) aoz_zmq_msg_t;
+    typedef int (*aoz_zmq_msg_init_t)(aoz_zmq_msg_t*);
+    typedef int (*aoz_zmq_msg_init_size_t)(aoz_zmq_msg_t*, size_t);
+    typedef int (*aoz_zmq_msg_io_t)(aoz_zmq_msg_t*, void*, int);
+    typedef int (*aoz_zmq_msg_close_t)(aoz_zmq_msg_t*);
+    typedef void* (*aoz_zmq_msg_data_t)(aoz_zmq_msg_t*);
+    typedef size_t (*aoz_zmq_msg_size_t)(const aoz_zmq_msg_t*);
+    typedef int (*aoz_zmq_errno_t)(void);
+    """
+    ctypedef struct aoz_zmq_msg_t:
+        pass
+    ctypedef int (*aoz_zmq_msg_init_t)(aoz_zmq_msg_t*) noexcept nogil
+    ctypedef int (*aoz_zmq_msg_init_size_t)(aoz_zmq_msg_t*, size_t) noexcept nogil
+    ctypedef int (*aoz_zmq_msg_io_t)(aoz_zmq_msg_t*, void*, int) noexcept nogil
+    ctypedef int (*aoz_zmq_msg_close_t)(aoz_zmq_msg_t*) noexcept nogil
+    ctypedef void* (*aoz_zmq_msg_data_t)(aoz_zmq_msg_t*) noexcept nogil
+    ctypedef size_t (*aoz_zmq_msg_size_t)(const aoz_zmq_msg_t*) noexcept nogil
+    ctypedef int (*aoz_zmq_errno_t)() noexcept nogil
+
+cdef aoz_zmq_msg_init_t _z_init = NULL
+cdef aoz_zmq_msg_init_size_t _z_init_size = NULL
+cdef aoz_zmq_msg_io_t _z_send = NULL
+cdef aoz_zmq_msg_io_t _z_recv = NULL
+cdef aoz_zmq_msg_close_t _z_close = NULL
+cdef aoz_zmq_msg_data_t _z_data = NULL
+cdef aoz_zmq_msg_size_t _z_size = NULL
+cdef aoz_zmq_errno_t _z_errno = NULL
+cdef int _EAGAIN = zmq.EAGAIN
+cdef bint _direct = False
+#: pyzmq's socket methods; a socket whose type has others (a wrapper that checks what
+#: it reads) is called through its own
+cdef object _plain_recv = zmq.Socket.recv
+cdef object _backend_socket = getattr(zmq.backend, "Socket", zmq.Socket)
+cdef object _UNDERLYING = "underlying"
+cdef object _CLOSED = "_closed"
+
+
+def _libzmq_functions():
+    """The addresses of the libzmq functions the hot path calls, from the libzmq pyzmq
+    loaded, or None (the reason is logged at debug by aoz.hotpath)."""
+    if os.environ.get("AOZ_LIBZMQ_DIRECT", "") in ("0", "no", "false"):
+        return None, "AOZ_LIBZMQ_DIRECT=0"
+    import ctypes
+    try:
+        from zmq.backend.cython import _zmq
+        path = _zmq.__file__
+        noload = getattr(os, "RTLD_NOLOAD", None)
+        if not path or noload is None:
+            return None, "pyzmq's Cython backend or RTLD_NOLOAD is not available"
+        lib = ctypes.CDLL(path, mode=noload | os.RTLD_LAZY | ctypes.RTLD_LOCAL)
+        major, minor, patch = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+        version = lib.zmq_version
+        version.restype = None
+        version(ctypes.byref(major), ctypes.byref(minor), ctypes.byref(patch))
+        if (major.value, minor.value, patch.value) != zmq.zmq_version_info():
+            return None, "the libzmq found is not the one pyzmq reports"
+        if major.value != 4:
+            return None, f"libzmq {major.value}: the message layout is libzmq 4's"
+        names = ("zmq_msg_init", "zmq_msg_init_size", "zmq_msg_send", "zmq_msg_recv",
+                 "zmq_msg_close", "zmq_msg_data", "zmq_msg_size", "zmq_errno")
+        return {n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in names}, ""
+    except (OSError, AttributeError, ImportError, TypeError) as exc:
+        return None, f"libzmq's functions were not found ({exc})"
+
+
+def _bind_libzmq():
+    global _z_init, _z_init_size, _z_send, _z_recv, _z_close, _z_data, _z_size, _z_errno
+    global _direct
+    found, why = _libzmq_functions()
+    if found is None or not all(found.values()):
+        return why or "a libzmq function has no address"
+    _z_init = <aoz_zmq_msg_init_t><size_t>found["zmq_msg_init"]
+    _z_init_size = <aoz_zmq_msg_init_size_t><size_t>found["zmq_msg_init_size"]
+    _z_send = <aoz_zmq_msg_io_t><size_t>found["zmq_msg_send"]
+    _z_recv = <aoz_zmq_msg_io_t><size_t>found["zmq_msg_recv"]
+    _z_close = <aoz_zmq_msg_close_t><size_t>found["zmq_msg_close"]
+    _z_data = <aoz_zmq_msg_data_t><size_t>found["zmq_msg_data"]
+    _z_size = <aoz_zmq_msg_size_t><size_t>found["zmq_msg_size"]
+    _z_errno = <aoz_zmq_errno_t><size_t>found["zmq_errno"]
+    _direct = True
+    return ""
+
+
+#: why libzmq is called through pyzmq ("" when the hot path calls it directly)
+LIBZMQ_FALLBACK = _bind_libzmq()
+#: whether the hot path calls libzmq directly (see above)
+LIBZMQ_DIRECT = _direct
+
+
+cdef inline void* _handle_of(object sock) except? NULL:
+    """The libzmq socket behind ``sock`` for a direct call, or NULL: not a plain open
+    pyzmq socket (a closed one is left to pyzmq, which raises what it raises)."""
+    if not _direct or not isinstance(sock, _backend_socket):
+        return NULL
+    if PyObject_GetAttr(sock, _CLOSED):
+        return NULL
+    return <void*><size_t>PyObject_GetAttr(sock, _UNDERLYING)
+
+
+cdef inline object _recv_direct(void* handle):
+    """One frame off ``handle`` (non-blocking) as bytes; None when none is waiting;
+    False on any other error (the caller asks pyzmq, which raises it)."""
+    cdef aoz_zmq_msg_t msg
+    cdef int rc
+    cdef object frame
+    _z_init(&msg)
+    rc = _z_recv(&msg, handle, _NOBLOCK)
+    if rc < 0:
+        rc = _z_errno()
+        _z_close(&msg)
+        return None if rc == _EAGAIN else False
+    frame = PyBytes_FromStringAndSize(<const char*>_z_data(&msg), <Py_ssize_t>_z_size(&msg))
+    _z_close(&msg)
+    return frame
 
 
 cdef inline uint64_t _u64(const uint8_t* p) noexcept:
@@ -134,12 +356,20 @@ cdef void _hand_over(dict pending) except *:
 def drain_sub(plane, sock):
     """Drain up to ``BATCH`` frames of the data SUB (see ``aoz._hotpath.drain_sub``)."""
     recv = sock.recv
+    # libzmq directly for a plain pyzmq socket (see _handle_of); re-checked whenever
+    # code outside the drain ran (a callback could have closed the node)
+    cdef void* handle = _handle_of(sock) if type(sock).recv is _plain_recv else NULL
+    cdef bint other = False
     routes = plane.routes
     cdef dict cache = routes.cache
     responder = plane.responder
     on_reply = plane.on_reply
     cdef dict last_seen = plane.last_seen
     cdef dict pending = {}
+    cdef dict budget = {}  # what each blocking subscription may still take
+    cdef bint full = False  # a blocking subscription is full once the batches are in
+    cdef Py_ssize_t left
+    cdef Py_ssize_t last_left = -1  # last_sub's room left (-1: not blocking)
     cdef object last_sub = None
     cdef list last_msgs = None
     cdef list queued
@@ -158,8 +388,18 @@ def drain_sub(plane, sock):
     cdef uint32_t seq
     now = _clock()
     try:
-        while n < _BATCH and not plane.holds:
-            frame = recv(_NOBLOCK)
+        while n < _BATCH and not full and not plane.holds:
+            if handle != NULL:
+                if other:  # code outside the drain ran: is the socket still open?
+                    handle = _handle_of(sock)
+                    other = False
+            if handle != NULL:
+                got = _recv_direct(handle)
+                if got is None:  # nothing waiting (EAGAIN)
+                    break
+                frame = recv(_NOBLOCK) if got is False else <bytes>got  # errors: pyzmq's
+            else:
+                frame = recv(_NOBLOCK)
             n += 1
             flen = PyBytes_GET_SIZE(frame)
             nbytes += flen
@@ -167,13 +407,19 @@ def drain_sub(plane, sock):
             kind = _frame_kind(buf, flen, &nul)
             if kind == _REPLY:  # a reply to one of our requests (or not: on_reply says)
                 on_reply(PyBytes_FromStringAndSize(<const char*>buf, nul), frame, nul + 3, now)
+                other = True
                 continue
             if kind == 0:  # anything malformed: decode_frame says what, and it is counted
                 if pending:  # keep each subscription's messages in arrival order
                     _hand_over(pending)
+                    if last_left >= 0:
+                        budget[last_sub] = last_left
                     last_sub = None
                     last_msgs = None
+                    last_left = -1
                 plane.other_frame(frame, now)
+                other = True
+                budget.clear()  # it may have pushed: rooms are asked again
                 continue
             # a publication or a request: routed by its subject, queued alike
             sb = PyBytes_FromStringAndSize(<const char*>buf, nul)
@@ -198,34 +444,64 @@ def drain_sub(plane, sock):
                     # the next number from the subject's last publisher costs one
                     # lookup; anything else takes plane.sequence
                     found = PyDict_GetItem(last_seen, sb)
-                    if found != NULL:
-                        st = <list>found
-                        if <uint64_t>st[0] == pid and <uint64_t>st[1] + 1 == seq:
-                            st[1] = seq
-                        else:
-                            plane.sequence(sb, pid, seq, msg, subs)
-                    else:
+                    if found == NULL or not (<uint64_t>(<list>found)[0] == pid and
+                                             <uint64_t>(<list>found)[1] + 1 == seq):
+                        if pending:  # what came before a gap is queued before it is
+                            _hand_over(pending)  # reported (recovery holds)
+                            if last_left >= 0:
+                                budget[last_sub] = last_left
+                            last_sub = None
+                            last_msgs = None
+                            last_left = -1
                         plane.sequence(sb, pid, seq, msg, subs)
+                        other = True
+                    else:
+                        (<list>found)[1] = seq
             else:
                 start = nul + 3 + _HANDLE_LEN
+                data = _data_start(buf, flen, start)
                 reply = PyUnicode_DecodeASCII(<const char*>buf + nul + 2, _HANDLE_LEN, NULL)
-                msg = _Message(frame, nul, start, _data_start(buf, flen, start),
-                               _REQUEST_KIND, reply, now, responder)
+                msg = _Message(frame, nul, start, data, _REQUEST_KIND, reply, now, responder)
             for s in subs:
-                if s is last_sub:
+                if s is last_sub and (last_left < 0 or (data != start
+                                                        and kind == _PUBLISH_BYTE)):
                     last_msgs.append(msg)
-                elif s.blocking:
-                    s.push(msg)
+                    if last_left > 0:  # a blocking subscription's room, counted down
+                        last_left -= 1
+                        if last_left == 0:
+                            full = True
+                    continue
+                if last_left >= 0:  # keep the count of the one we leave
+                    budget[last_sub] = last_left
+                left = -1  # no bound: not a blocking subscription
+                if s.blocking:
+                    # up to room() messages as one batch; the drain stops at the frame
+                    # that fills it; maybe packed, or room() 0: pushed at once, in order
+                    found = PyDict_GetItem(budget, s)
+                    left = <Py_ssize_t>(<object>found) if found != NULL else s.room()
+                    if left <= 0 or data == start or kind != _PUBLISH_BYTE:
+                        if pending:
+                            _hand_over(pending)
+                        last_sub = None
+                        last_msgs = None
+                        last_left = -1
+                        s.push(msg)
+                        other = True
+                        budget.pop(s, None)  # its room changed: asked again
+                        continue
+                    left -= 1
+                    if left == 0:
+                        full = True
+                found = PyDict_GetItem(pending, s)
+                if found == NULL:
+                    queued = [msg]
+                    pending[s] = queued
                 else:
-                    found = PyDict_GetItem(pending, s)
-                    if found == NULL:
-                        queued = [msg]
-                        pending[s] = queued
-                    else:
-                        queued = <list>found
-                        queued.append(msg)
-                    last_sub = s
-                    last_msgs = queued
+                    queued = <list>found
+                    queued.append(msg)
+                last_sub = s
+                last_msgs = queued
+                last_left = left
     except _Again:
         pass
     except _ZMQError as exc:
@@ -360,6 +636,8 @@ cdef class Sender:
     cdef unsigned long long _messages
     cdef unsigned long long _bytes
     cdef unsigned int _since_yield
+    cdef object _handle_pub  # the pub whose libzmq socket _handle is
+    cdef void* _handle
 
     def __init__(self, builder):
         self._builder = builder
@@ -392,6 +670,7 @@ cdef class Sender:
         cdef Py_ssize_t total
         cdef PyObject* found
         cdef Entry entry
+        cdef object out
         if codec is None and type(data) is bytes and self.pub is not None:
             found = PyDict_GetItem(self._entries, subject)
             if found != NULL and type(<object>found) is Entry:
@@ -399,6 +678,13 @@ cdef class Sender:
                 total = (PyBytes_GET_SIZE(entry.prefix) + PyBytes_GET_SIZE(<bytes>data)
                          + (4 if self._sequenced else 0))
                 if total < _COPY_THRESHOLD:
+                    if self.store is None:  # no frame to keep: built in a libzmq message
+                        out = self._direct(entry, <bytes>data, total)
+                        if out is None:
+                            return self.due()
+                        if out is not False:  # numbered, not sent: as send() refuses
+                            self.unsent = out
+                            raise _would_block()
                     frame = self._frame(entry, <bytes>data)
                     self.send(frame)
                     if self.store is not None:
@@ -421,6 +707,58 @@ cdef class Sender:
         """Keep a frame numbered for good, not sent yet (see the pure twin)."""
         if self.store is not None:
             _keep(self.store, subject, frame)
+
+    cdef void* _live_handle(self) except? NULL:
+        """The libzmq socket of ``pub`` for a direct send, or NULL (see _handle_of)."""
+        cdef object pub = self.pub
+        if not _direct or pub is None:
+            return NULL
+        if pub is not self._handle_pub:
+            self._handle = _handle_of(pub)
+            self._handle_pub = pub
+        if self._handle == NULL or PyObject_GetAttr(pub, _CLOSED):
+            return NULL
+        return self._handle
+
+    cdef object _direct(self, Entry entry, bytes payload, Py_ssize_t total):
+        """Build the publish frame of ``payload`` in a libzmq message and send it: None
+        when sent (numbered, counted), the frame as bytes when ZeroMQ would block
+        (numbered, not sent), False when libzmq cannot be called directly or fails
+        otherwise (nothing numbered: the caller goes through pyzmq)."""
+        cdef void* handle = self._live_handle()
+        cdef aoz_zmq_msg_t msg
+        cdef char* out
+        cdef bytes prefix = entry.prefix
+        cdef Py_ssize_t plen = PyBytes_GET_SIZE(prefix)
+        cdef uint32_t seq
+        cdef int err
+        if handle == NULL or _z_init_size(&msg, <size_t>total) != 0:
+            return False
+        out = <char*>_z_data(&msg)
+        memcpy(out, PyBytes_AS_STRING(prefix), plen)
+        if self._sequenced:
+            seq = <uint32_t>((entry.seq + 1) & 0xFFFFFFFF)
+            out[plen] = <char>(seq & 0xFF)
+            out[plen + 1] = <char>((seq >> 8) & 0xFF)
+            out[plen + 2] = <char>((seq >> 16) & 0xFF)
+            out[plen + 3] = <char>((seq >> 24) & 0xFF)
+            plen += 4
+        memcpy(out + plen, PyBytes_AS_STRING(payload), PyBytes_GET_SIZE(payload))
+        if _z_send(&msg, handle, _NOBLOCK) >= 0:
+            if self._sequenced:
+                entry.seq += 1
+            self._messages += 1
+            self._bytes += total
+            return None
+        err = _z_errno()
+        if err != _EAGAIN:
+            _z_close(&msg)
+            return False
+        if self._sequenced:
+            entry.seq += 1
+        frame = PyBytes_FromStringAndSize(out, total)
+        _z_close(&msg)
+        return frame
 
     def build(self, subject, data, codec):
         """The next publish frame of ``subject`` (numbered), not sent."""
@@ -517,6 +855,22 @@ cdef class Sender:
         if pub is None:
             raise TransportError("the data publisher is not open")
         cdef Py_ssize_t n = len(frame)
+        cdef void* handle
+        cdef aoz_zmq_msg_t msg
+        if n < _COPY_THRESHOLD and type(frame) is bytes:
+            handle = self._live_handle()
+            if handle != NULL and _z_init_size(&msg, <size_t>n) == 0:
+                memcpy(_z_data(&msg), PyBytes_AS_STRING(<bytes>frame), n)
+                if _z_send(&msg, handle, _NOBLOCK) >= 0:
+                    self._messages += 1
+                    self._bytes += n
+                    return
+                n = _z_errno()
+                _z_close(&msg)
+                if n == _EAGAIN:
+                    self.unsent = frame
+                    raise _would_block()
+                n = len(frame)  # any other error: pyzmq's to raise
         try:
             if n < _COPY_THRESHOLD:
                 _send(pub, frame, _NOBLOCK)
@@ -524,14 +878,18 @@ cdef class Sender:
                 pub.send(frame, _NOBLOCK, copy=False)
         except _Again:
             self.unsent = frame
-            raise WouldBlock(
-                "a subscriber's queue at this publisher is full; `await node.publish(...)` "
-                "waits for room"
-            ) from None
+            raise _would_block() from None
         except _ZMQError as exc:
             raise translate(exc, "publish failed") from exc
         self._messages += 1
         self._bytes += n
+
+
+cdef object _would_block():
+    return WouldBlock(
+        "a subscriber's queue at this publisher is full; `await node.publish(...)` "
+        "waits for room"
+    )
 
 
 cdef object _REPLY_KIND = Kind.REPLY

@@ -6,7 +6,8 @@ the pure twin's (the contract and the protocol's numbers it has built in), unles
 ``AOZ_PURE_PYTHON=1`` asks for the pure one. A module that does not match is a stale
 build: a warning names the fix and the pure twin runs. Everything else imports the
 hot path from here (``drain_sub``, ``Sender``, ``Entry``, ``CacheStore``, ``Inbox``),
-never from either twin.
+never from either twin; the compiled twin also gives ``Subscription.__anext__`` (set
+here, once).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from types import ModuleType
 from typing import Any, cast
 
 from . import _hotpath
+from .subscription import Subscription
 
 __all__ = ["HOT_PATH", "CacheStore", "Entry", "Inbox", "Sender", "drain_sub",
            "implementation"]
@@ -55,6 +57,10 @@ Sender: type[_hotpath.Sender] = cast(type[_hotpath.Sender], _module.Sender)
 CacheStore: type[_hotpath.CacheStore] = cast(type[_hotpath.CacheStore], _module.CacheStore)
 #: the request side: open requests, their deadlines, and replies to them
 Inbox: type[_hotpath.Inbox] = cast(type[_hotpath.Inbox], _module.Inbox)
+# the compiled twin's Subscription.__anext__ (a queued message needs no coroutine); the
+# pure twin keeps the subscription's own
+if _module.subscription_anext is not None:
+    Subscription.__anext__ = _module.subscription_anext  # type: ignore[method-assign]
 
 
 def implementation() -> ModuleType:

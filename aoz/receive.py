@@ -45,14 +45,18 @@ _WRAP = 2**32
 
 class _HeartbeatIn:
     """Where the drain hands frames on the heartbeat subject: what a subscription is to
-    the hot path (``blocking``, ``push``, ``push_many``). ``blocking`` makes the drain
-    push each one as it comes, in order with the data frames around it."""
+    the hot path (``blocking``, ``room``, ``push``, ``push_many``). ``blocking`` with
+    ``room()`` 0 makes the drain push each one as it comes, in order with the data
+    frames around it."""
 
     __slots__ = ("_rx",)
     blocking = True
 
     def __init__(self, rx: Receiver) -> None:
         self._rx = rx
+
+    def room(self) -> int:
+        return 0  # never batched: each one is read as it comes
 
     def push(self, msg: Message) -> None:
         self._rx.heartbeat(msg.payload)

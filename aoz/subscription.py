@@ -140,16 +140,28 @@ class Mailbox(Generic[T]):
         if self._waiters:
             self._wake_one()
 
+    def room(self) -> int:
+        """How many items fit before the queue is full (0 when it is): a producer of
+        an ``overflow="block"`` mailbox hands over at most this many with
+        :meth:`push_many` and then stops (the receive path's drain does)."""
+        return max(self._limit - len(self._queue), 0)
+
     def push_many(self, items: list[T]) -> None:
         """``push`` of each item in order, in one call: the receive path collects a
         drain's messages per subscription and hands them over at the end of the drain.
-        Not for ``overflow="block"`` mailboxes (their producer must stop at the item
-        that fills the queue, so they take one ``push`` at a time)."""
+        An ``overflow="block"`` mailbox queues them all (its producer gives it at most
+        :meth:`room` of them) and holds the producer once it is full, as ``push``."""
         k = len(items)
         self.received += k
         q = self._queue
         room = self._limit - len(q)
-        if k <= room:
+        if self.blocking:
+            q.extend(items)
+            if len(q) >= self._limit and not self._held:
+                self._held = True
+                if self._on_full is not None:
+                    self._on_full()
+        elif k <= room:
             q.extend(items)
         elif self.drop_oldest:
             q.extend(items)

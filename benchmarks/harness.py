@@ -53,6 +53,7 @@ DROPPING_SYSTEMS = frozenset({"aoz-drop", "zenoh-drop"})
 # Lossless settings of every aoz node in a lossless pair: the publisher waits for room
 # (XPUB_NODROP) and the subscription's queue stops the reader instead of dropping.
 AOZ_LOSSLESS = {"send_policy": "block", "overflow": "block"}
+LOSSLESS_IDLE = 3.0  # seconds a lossless subscriber waits for the next frame (else 0.5)
 RAW_MODULES = ("zmq_async", "zmq_sync")
 _AOZ_DEFAULTS = Settings()
 
@@ -90,7 +91,8 @@ class BenchError(Exception):
 
 def _profiled(cmd: list[str], name: str) -> list[str]:
     """``cmd`` under ``perf record`` when ``AOZ_BENCH_PERF`` names a directory (and perf
-    is installed): one ``<role>-<action>-<n>.data`` per process, call graphs at 999 Hz.
+    is installed): one ``<role>-<action>-<n>.data`` per process, call graphs at 999 Hz
+    (``AOZ_BENCH_PERF_HZ`` to change it).
     Read with ``perf report -i FILE --no-children``; Python 3.11 frames show as the
     interpreter's C functions (``_PyEval_EvalFrameDefault``), libzmq, pyzmq and aoz's
     compiled hot path by name."""
@@ -101,7 +103,8 @@ def _profiled(cmd: list[str], name: str) -> list[str]:
     Path(out).mkdir(parents=True, exist_ok=True)
     fd, path = tempfile.mkstemp(prefix=f"{name}-", suffix=".data", dir=out)
     os.close(fd)
-    return [perf, "record", "-q", "-F", "999", "-g", "-o", path, "--", *cmd]
+    hz = os.environ.get("AOZ_BENCH_PERF_HZ", "999")  # samples per second
+    return [perf, "record", "-q", "-F", hz, "-g", "-o", path, "--", *cmd]
 
 
 class Proc:
@@ -268,6 +271,11 @@ def _pair(
         pub_m = sub_m = MODULES[system]
     lossless = lossless and system not in DROPPING_SYSTEMS
     pub_p, sub_p = _side(pub_m, lossless), _side(sub_m, lossless)
+    if lossless:
+        # a lossless pair loses nothing, so a shortfall can only be a subscriber that
+        # stopped waiting: on a loaded 2-core machine any process can stall for 0.5 s
+        # (measured: raw zmq.asyncio pairs too), so it waits longer for the next frame
+        sub_p["idle"] = LOSSLESS_IDLE
     # raw sockets get aoz's high-water marks (like with like)
     if pub_m in RAW_MODULES:
         pub_p["hwm"] = _AOZ_DEFAULTS.send_hwm
@@ -348,6 +356,9 @@ def run_pubsub(
         "lossless_config": system not in DROPPING_SYSTEMS,
         "pub_msgs_per_s": sent / pr["send_s"] if pr["send_s"] > 0 else 0.0,
         "blocked_sends": pr.get("blocked_sends", 0),
+        # CPU time per message (every thread of the process), where the role measures it
+        "sub_cpu_us": sr.get("cpu_us"),
+        "pub_cpu_us": pr["send_cpu_s"] * 1e6 / sent if pr.get("send_cpu_s") and sent else None,
         "dropped_queue": sr.get("dropped_queue", 0),
         # aoz subscribers only: frames read, sequence gaps, still queued at the end
         **{k: sr[k] for k in ("messages_in", "lost_in", "pending") if k in sr},

@@ -67,12 +67,16 @@ async def sub(p: dict[str, Any], stall: bool = False) -> None:
         r = Receiver()
         clock = time.perf_counter
 
+        got, at = 0, 1
+
         async def cb(msg: Any) -> None:
+            nonlocal got, at
             _data = msg.data
-            r.last = clock()
-            if not r.n:
-                r.first = r.last
-            r.n += 1
+            got += 1
+            r.n = got
+            if got == at:  # the first, every MARK_EVERY-th and the n-th
+                r.mark(got)
+                at = r.next_mark(got, n)
 
         await nc.subscribe(SUBJECT, cb=cb)
         await nc.flush(timeout=10)  # the server has our subscription before we say ready

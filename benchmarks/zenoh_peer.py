@@ -101,19 +101,22 @@ def sub(p: dict[str, Any], stall: bool = False) -> None:
     try:
         n = p["n"]
         r = Receiver()
-        clock = time.perf_counter
         unstall = threading.Event()
         release = p.get("release", 30.0)
 
+        got, at = 0, 1
+
         def cb(sample: zenoh.Sample) -> None:
+            nonlocal got, at
             if stall:  # a stalled application: the delivery thread blocks
                 unstall.wait(release)
                 return
             _data = sample.payload.to_bytes()
-            r.last = clock()
-            if not r.n:
-                r.first = r.last
-            r.n += 1
+            got += 1
+            r.n = got
+            if got == at:  # the first, every MARK_EVERY-th and the n-th
+                r.mark(got)
+                at = r.next_mark(got, n)
 
         session.declare_subscriber(KEY, cb)
         emit("ready")
@@ -152,7 +155,6 @@ def _sub_fifo(p: dict[str, Any]) -> None:
     try:
         n = p["n"]
         r = Receiver()
-        clock = time.perf_counter
         subscriber = session.declare_subscriber(KEY)
         handler = subscriber.handler
         emit("ready")
@@ -166,16 +168,18 @@ def _sub_fifo(p: dict[str, Any]) -> None:
         watchdog = threading.Thread(target=_watch, args=(r, n, p, stop), daemon=True)
         watchdog.start()
         recv = handler.recv
+        got, at = 0, 1
         try:
-            while r.n < n:
+            while got < n:
                 sample = recv()
                 _data = sample.payload.to_bytes()
-                r.last = clock()
-                if not r.n:
-                    r.first = r.last
-                r.n += 1
+                got += 1
+                if got == at:  # the first, every MARK_EVERY-th and the n-th
+                    r.mark(got)
+                    at = r.next_mark(got, n)
         except zenoh.ZError:
             pass  # undeclared by the watchdog: idle or past the deadline
+        r.n = got
         result = r.result(n)
         stopped.set()
         watchdog.join(2.0)

@@ -111,7 +111,7 @@ async def pub(p: dict[str, Any]) -> None:
         await _wait_subscription(sock, p.get("wait", 10.0), frame)
         n = p["n"]
         blocked = 0
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         if nodrop:
             blocked = await _send_nodrop(sock, frame, n)
         else:
@@ -121,7 +121,8 @@ async def pub(p: dict[str, Any]) -> None:
                 send(frame, noblock)
                 if not i % _YIELD_EVERY:
                     await asyncio.sleep(0)
-        emit("result", sent=n, send_s=time.perf_counter() - t0, blocked_sends=blocked)
+        emit("result", sent=n, send_s=time.perf_counter() - t0,
+             send_cpu_s=time.process_time() - c0, blocked_sends=blocked)
         await wait_release(p.get("release", 30.0))
     finally:
         sock.close(0)
@@ -150,7 +151,7 @@ async def sub(p: dict[str, Any]) -> None:
             if not await _readable(sock, idle_ms if got else wait_ms):
                 break
             if not got:
-                r.first = clock()
+                r.mark(1)  # readable: the first message is in
             try:
                 while True:
                     frame = recv(noblock)
@@ -160,8 +161,7 @@ async def sub(p: dict[str, Any]) -> None:
                     got += 1
             except zmq.Again:
                 pass
-            r.last = clock()
-        r.n = got
+            r.mark(got)
         emit("result", **r.result(n))
     finally:
         sock.close(0)

@@ -100,19 +100,22 @@ def sub(p: dict[str, Any], stall: bool = False) -> None:
         deadline = clock() + p.get("deadline", 60.0)
         try:
             frame = recv()
-            r.first = r.last = clock()
-            r.n = 1
+            got = 1
+            r.mark(got)
+            at = r.next_mark(got, n)
             sock.setsockopt(zmq.RCVTIMEO, int(p.get("idle", 0.5) * 1000))
-            while r.n < n:
+            while got < n:
                 frame = recv()
                 nul = frame.find(b"\0")
                 _payload = frame[nul + 3 :]
-                r.n += 1
-                r.last = clock()
-                if r.last > deadline:
-                    break
+                got += 1
+                if got == at:  # every MARK_EVERY-th and the n-th
+                    r.mark(got)
+                    at = r.next_mark(got, n)
+                    if r.last > deadline:
+                        break
         except zmq.Again:
-            pass
+            r.n = got
         emit("result", **r.result(n))
     finally:
         sock.close(0)
