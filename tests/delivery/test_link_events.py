@@ -16,10 +16,24 @@ import pytest
 import aoz
 import aoz.node
 from aoz.discovery.nsd import NamingDaemon
+from aoz.discovery.peers import PeerEventStream
 
 from .harness import role
 
 FAST = {"beacon_interval": 0.2, "connect_interval": 0.05, "connect_retries": 200}
+
+
+async def _kinds_until(events: PeerEventStream, uuid: str, done: set[str],
+                       timeout: float) -> list[str]:
+    """The kinds of ``uuid``'s events, read until every kind in ``done`` was seen."""
+    kinds: list[str] = []
+    with anyio.fail_after(timeout):
+        async for ev in events:
+            if ev.peer.uuid == uuid:
+                kinds.append(ev.kind)
+                if done <= set(kinds):
+                    break
+    return kinds
 
 
 @pytest.fixture
@@ -33,20 +47,10 @@ async def test_link_up_and_down_of_a_sigkilled_peer_are_pushed() -> None:
         events = node.peer_events(links=True)
         with role("member", {"nsd": nsd.endpoint, "settings": FAST}) as peer:
             info = await peer.event("ready")
-            kinds: list[str] = []
-            with anyio.fail_after(15):
-                async for ev in events:
-                    if ev.peer.uuid == info["uuid"]:
-                        kinds.append(ev.kind)
-                        if ev.kind == "link_up":
-                            break
+            kinds = await _kinds_until(events, info["uuid"], {"link_up"}, 15)
             peer.signal(signal.SIGKILL)
-            with anyio.fail_after(10):  # no poll runs: only the monitor's push can say it
-                async for ev in events:
-                    if ev.peer.uuid == info["uuid"]:
-                        kinds.append(ev.kind)
-                        if ev.kind == "link_down":
-                            break
+            # no poll runs: only the monitor's push can say it
+            kinds += await _kinds_until(events, info["uuid"], {"link_down"}, 10)
         await events.aclose()
     assert kinds[0] == "joined" and kinds[-2:] == ["link_up", "link_down"], kinds
 
@@ -58,17 +62,8 @@ async def test_a_peer_that_unsubscribes_its_inbox_is_reported_down_at_once() -> 
     async with NamingDaemon(port=0) as nsd, aoz.connect(naming=[nsd.endpoint], **FAST) as node:
         events = node.peer_events(links=True)
         async with aoz.connect(naming=[nsd.endpoint], **FAST) as guest:
-            with anyio.fail_after(15):
-                async for ev in events:
-                    if ev.peer.uuid == guest.uuid and ev.kind == "link_up":
-                        break
-        kinds: list[str] = []
-        with anyio.fail_after(10):
-            async for ev in events:
-                if ev.peer.uuid == guest.uuid:
-                    kinds.append(ev.kind)
-                    if {"left", "link_down"} <= set(kinds):
-                        break
+            await _kinds_until(events, guest.uuid, {"link_up"}, 15)
+        kinds = await _kinds_until(events, guest.uuid, {"left", "link_down"}, 10)
         await events.aclose()
     assert "link_down" in kinds and "left" in kinds, kinds
 
@@ -80,10 +75,7 @@ async def test_a_stream_opened_late_with_current_starts_from_the_links_up_now() 
     async with NamingDaemon(port=0) as nsd, aoz.connect(naming=[nsd.endpoint], **FAST) as node:
         early = node.peer_events(links=True)
         async with aoz.connect(naming=[nsd.endpoint], **FAST) as guest:
-            with anyio.fail_after(15):
-                async for ev in early:
-                    if ev.peer.uuid == guest.uuid and ev.kind == "link_up":
-                        break
+            await _kinds_until(early, guest.uuid, {"link_up"}, 15)
             assert node.links == {guest.uuid: True}
             late = node.peer_events(links=True, current=True)
             members = node.peer_events(current=True)  # no link events asked for
@@ -93,13 +85,7 @@ async def test_a_stream_opened_late_with_current_starts_from_the_links_up_now() 
             assert [(e.kind, e.peer.uuid) for e in first] == [
                 ("joined", guest.uuid), ("link_up", guest.uuid)]
             assert (member.kind, member.peer.uuid) == ("joined", guest.uuid)
-        kinds: list[str] = []
-        with anyio.fail_after(10):
-            async for ev in late:
-                if ev.peer.uuid == guest.uuid:
-                    kinds.append(ev.kind)
-                    if {"left", "link_down"} <= set(kinds):
-                        break
+        kinds = await _kinds_until(late, guest.uuid, {"left", "link_down"}, 10)
         assert "link_up" not in kinds, kinds  # nothing reported twice
         assert node.links == {}
         for stream in (early, late, members):
