@@ -146,8 +146,10 @@ class Receiver:
         self.last = now
 
     def next_mark(self, got: int, expected: int) -> int:
-        """The count at which to call :meth:`mark` next."""
-        return min(got + MARK_EVERY, expected)
+        """The count at which to call :meth:`mark` next: every :data:`MARK_EVERY`-th,
+        or more often in a short run (at least 64 marks in ``expected``), so that a
+        system that loses the tail still has a span to take its rate over."""
+        return min(got + max(1, min(MARK_EVERY, expected // 64)), expected)
 
     def result(self, expected: int, **extra: Any) -> dict[str, Any]:
         span = self.last - self.first
