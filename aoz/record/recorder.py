@@ -56,6 +56,8 @@ import msgspec
 
 from .._tasks import TaskOwner
 from ..errors import AozError, ConfigError, UsageError, WaitTimeout
+from ..protocol.builder import FrameBuilder
+from ..protocol.codecs import Codec
 from .bulk import FrameBatch, pack, tables_from_frames
 from .files import dictionary_columns, partition_dir, write_atomically
 from .reading import with_summaries
@@ -205,6 +207,10 @@ class Recorder:
         self._write_lock = anyio.Lock()
         self._progress = anyio.Event()
         self._started = time.monotonic()
+        # the write path once, on one made-up row, before anything is subscribed: its
+        # first run pays for imports and first calls (0.6 s measured), and a first flush
+        # that slow left a backlog that made the recorder drop at a full-speed publisher
+        await anyio.to_thread.run_sync(self._warm_up)
         self._subs = [self.node.subscribe(p, queue_size=self.queue_size) for p in self.patterns]
 
         async def setup(tg: anyio.abc.TaskGroup) -> None:
@@ -350,6 +356,15 @@ class Recorder:
             paths.append(Path(path))
         return paths, errors
 
+    def _warm_up(self) -> None:
+        """Run :func:`warm_up` where the writes will run (blocking: called in a thread)."""
+        if self.writer == "thread":
+            warm_up(self.columns, self.compression)
+            return
+        if self._pool is None:
+            self._pool = _new_pool()
+        self._pool.submit(warm_up, self.columns, self.compression).result()
+
     def _in_process(self, job: tuple[Any, ...]) -> tuple[list[tuple[str, int]], int]:
         """:func:`write_frames` in the worker process (blocking: called in a thread); a
         worker that died is replaced, and the rows are retried by the next flush."""
@@ -434,6 +449,20 @@ def write_frames(
     everything it needs is in its arguments."""
     tables, errors = tables_from_frames(batch, columns)
     return _write_tables(tables, directory, recorder_id, file_no, compression, fsync), errors
+
+
+def warm_up(columns: tuple[Column, ...], compression: str) -> None:
+    """Build and write (to memory, no file) the tables of one made-up sequenced msgpack
+    frame, as :func:`write_frames` does: the imports and first calls of the write path
+    happen here rather than in the first flush."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    frame = FrameBuilder(Codec.MSGPACK, publisher=1).publish("WARMUP", {"warm": 1})
+    tables, _ = tables_from_frames(pack([frame], [time.time()]), columns)
+    for table in tables.values():
+        pq.write_table(with_summaries(table), pa.BufferOutputStream(), compression=compression,
+                       use_dictionary=dictionary_columns(table.schema))
 
 
 def write_spooled(
