@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["dictionary_columns", "partition_dir", "write_atomically"]
+__all__ = ["dictionary_columns", "partition_dir", "write_atomically", "write_parquet"]
 
 
 def dictionary_columns(schema: Any) -> list[str]:
@@ -31,6 +31,16 @@ def partition_dir(root: Path, date: str) -> Path:
     return root / f"date={date}"
 
 
+def write_parquet(table: Any, sink: Any, *, compression: str,
+                  dictionary: list[str] | None) -> None:
+    """Write ``table`` as Parquet to ``sink`` (a file or a pyarrow buffer) with the
+    recorder's options. ``dictionary``: the columns to dictionary-encode (None: all)."""
+    import pyarrow.parquet as pq
+
+    pq.write_table(table, sink, compression=compression,
+                   use_dictionary=True if dictionary is None else dictionary)
+
+
 def write_atomically(
     table: Any,
     directory: Path,
@@ -42,17 +52,12 @@ def write_atomically(
 ) -> tuple[Path, int]:
     """Write ``table`` as ``directory/name`` via a hidden temporary file; return (path, bytes).
     ``dictionary``: the columns to dictionary-encode (default: every column)."""
-    import pyarrow.parquet as pq
-
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / name
     tmp = directory / f".{name}.tmp"
     try:
         with open(tmp, "wb") as f:
-            pq.write_table(
-                table, f, compression=compression,
-                use_dictionary=True if dictionary is None else dictionary,
-            )  # fmt: skip
+            write_parquet(table, f, compression=compression, dictionary=dictionary)
             f.flush()
             if fsync:
                 os.fsync(f.fileno())

@@ -59,7 +59,7 @@ from ..errors import AozError, ConfigError, UsageError, WaitTimeout
 from ..protocol.builder import FrameBuilder
 from ..protocol.codecs import Codec
 from .bulk import FrameBatch, pack, tables_from_frames
-from .files import dictionary_columns, partition_dir, write_atomically
+from .files import dictionary_columns, partition_dir, write_atomically, write_parquet
 from .reading import with_summaries
 from .schema import Column, build_tables, columns_for
 
@@ -456,13 +456,12 @@ def warm_up(columns: tuple[Column, ...], compression: str) -> None:
     frame, as :func:`write_frames` does: the imports and first calls of the write path
     happen here rather than in the first flush."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     frame = FrameBuilder(Codec.MSGPACK, publisher=1).publish("WARMUP", {"warm": 1})
     tables, _ = tables_from_frames(pack([frame], [time.time()]), columns)
     for table in tables.values():
-        pq.write_table(with_summaries(table), pa.BufferOutputStream(), compression=compression,
-                       use_dictionary=dictionary_columns(table.schema))
+        write_parquet(with_summaries(table), pa.BufferOutputStream(), compression=compression,
+                      dictionary=dictionary_columns(table.schema))
 
 
 def write_spooled(
