@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.harness import DROPPING_SYSTEMS
+
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
@@ -22,7 +24,7 @@ pytestmark = pytest.mark.slow
 # systems, 100 B and 16 KiB), more beside the rest of the suite (make test) and other jobs.
 SMOKE_BOUND = 300
 
-# figure -> systems that must report a value > 0
+# figure -> systems that must report a value > 0 (a dropping one: or its loss says why not)
 PUBSUB = ["zmq", "zmq.asyncio", "aoz", "aoz-wild", "aoz-batch", "aoz-py", "aoz-batch-py",
           "aoz-rx", "aoz-batch-rx", "aoz-tx", "zenoh", "aoz-drop", "zenoh-drop"]
 RR = ["zmq", "zmq.asyncio", "aoz", "aoz-py", "zenoh"]
@@ -94,10 +96,18 @@ def _check_report(report: dict) -> None:
 
     for system in _with_nats(PUBSUB, report):
         for size in report["config"]["sizes"]:
-            assert value(f"pubsub_{size}", system) > 0
+            rounds = report["details"][f"pubsub_{size}"][system]
+            if system in DROPPING_SYSTEMS:
+                # A dropping system may keep too few messages to time (fewer than two
+                # marks, about 1/64 of what was sent): its rate is 0, and its loss says why.
+                assert value(f"pubsub_{size}", system) >= 0
+                for d in rounds:
+                    assert d["msgs_per_s"] > 0 or d["received"] <= d["sent"] // 32, d
+            else:
+                assert value(f"pubsub_{size}", system) > 0
             assert value(f"pub_{size}", system) > 0
             assert 0.0 <= value(f"loss_{size}", system) <= 1.0
-            for d in report["details"][f"pubsub_{size}"][system]:
+            for d in rounds:
                 assert d["sent"] > 0 and 0 <= d["received"] <= d["sent"]
                 assert d["lost"] == d["sent"] - d["received"]
             loss = report["loss"][size][system]
