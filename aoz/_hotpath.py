@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from heapq import heapify, heappop, heappush
 from typing import Any, Final, Protocol
 
@@ -47,6 +47,7 @@ import zmq
 
 from ._errmap import translate
 from .errors import DecodeError, TransportError, WouldBlock
+from .message import DONE as _DONE
 from .message import Message, Responder, data_start
 from .protocol.builder import Entry
 from .protocol.codecs import AOZ_CODEC_IDS, Codec
@@ -59,12 +60,13 @@ from .routing import RoutingTable
 from .subscription import Mailbox, Subscription
 
 __all__ = [
-    "ABI", "BATCH", "CONSTANTS", "COPY_THRESHOLD", "YIELD_EVERY", "CacheStore", "Entry",
-    "FrameSource", "Inbox", "ReceiveSide", "Sender", "drain_sub", "subscription_anext",
+    "ABI", "BATCH", "CONSTANTS", "COPY_THRESHOLD", "DONE", "YIELD_EVERY", "CacheStore", "Entry",
+    "FrameSource", "Inbox", "ReceiveSide", "Sender", "drain_sub", "node_publish",
+    "subscription_anext",
 ]
 
 #: bump with any change to the twins' contract (the compiled module's ABI must match)
-ABI: Final = 12
+ABI: Final = 13
 BATCH: Final = 1024  # frames drained per wake-up before other callbacks run
 COPY_THRESHOLD: Final = 65536  # larger frames are sent zero-copy
 YIELD_EVERY: Final = 256  # publishes between forced yields of `await node.publish`
@@ -89,6 +91,14 @@ _send: Callable[..., object] = getattr(zmq.backend, "Socket", zmq.Socket).send
 #: (the compiled twin's returns a queued message in a ready awaitable; the result of
 #: awaiting either is the same)
 subscription_anext: Callable[[Subscription], Any] | None = None
+
+#: ``Node.publish`` of the twin, or None for the node's own (the compiled twin's runs the
+#: common case without a Python frame; both do the same steps)
+node_publish: Callable[..., Any] | None = None
+
+#: what a send that is already done returns (the compiled twin's is a C-level ready
+#: awaitable); both are stateless coroutines that finish at once
+DONE: Coroutine[Any, Any, None] = _DONE
 
 
 class ReceiveSide(Protocol):

@@ -5,24 +5,24 @@ The compiled module is used when it imports and its ``ABI`` and ``CONSTANTS`` ma
 the pure twin's (the contract and the protocol's numbers it has built in), unless
 ``AOZ_PURE_PYTHON=1`` asks for the pure one. A module that does not match is a stale
 build: a warning names the fix and the pure twin runs. Everything else imports the
-hot path from here (``drain_sub``, ``Sender``, ``Entry``, ``CacheStore``, ``Inbox``),
-never from either twin; the compiled twin also gives ``Subscription.__anext__`` (set
-here, once).
+hot path from here (``drain_sub``, ``Sender``, ``Entry``, ``CacheStore``, ``Inbox``,
+``DONE``), never from either twin; the compiled twin also gives
+``Subscription.__anext__`` (set here, once).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from types import ModuleType
 from typing import Any, cast
 
 from . import _hotpath
 from .subscription import Subscription
 
-__all__ = ["HOT_PATH", "CacheStore", "Entry", "Inbox", "Sender", "drain_sub",
-           "implementation"]
+__all__ = ["DONE", "HOT_PATH", "CacheStore", "Entry", "Inbox", "Sender", "drain_sub",
+           "implementation", "node_publish"]
 
 log = logging.getLogger("aoz.node")
 
@@ -57,6 +57,10 @@ Sender: type[_hotpath.Sender] = cast(type[_hotpath.Sender], _module.Sender)
 CacheStore: type[_hotpath.CacheStore] = cast(type[_hotpath.CacheStore], _module.CacheStore)
 #: the request side: open requests, their deadlines, and replies to them
 Inbox: type[_hotpath.Inbox] = cast(type[_hotpath.Inbox], _module.Inbox)
+#: ``Node.publish`` of the compiled twin (aoz.node puts it in place), or None
+node_publish: Callable[..., Any] | None = _module.node_publish
+#: what a publish or a reply returns when it is already sent (awaiting it gives None)
+DONE: Coroutine[Any, Any, None] = _module.DONE
 # the compiled twin's Subscription.__anext__ (a queued message needs no coroutine); the
 # pure twin keeps the subscription's own
 if _module.subscription_anext is not None:

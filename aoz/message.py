@@ -8,7 +8,7 @@ almost nothing.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Awaitable, Generator
+from collections.abc import Awaitable, Coroutine, Generator
 from itertools import pairwise
 from typing import Any, Protocol, TypeVar, overload
 
@@ -37,18 +37,29 @@ class Responder(Protocol):
                    ) -> Awaitable[None]: ...
 
 
-class _Done:
-    """An awaitable that is already done: what a reply sent at once returns (a coroutine
-    per reply cost more than the reply)."""
+class _Done(Coroutine[Any, Any, None]):
+    """An awaitable that is already done: what a publish or a reply sent at once
+    returns (a coroutine per call cost more than the send). It is a
+    ``collections.abc.Coroutine``, so ``asyncio.create_task`` and anyio's ``start_soon``
+    take it as they take a coroutine; it holds no state, so one serves every call."""
 
     __slots__ = ()
 
     def __await__(self) -> Generator[Any, None, None]:
         return iter(())  # type: ignore[return-value]
 
+    def send(self, value: Any) -> Any:
+        raise StopIteration
 
-#: awaiting it returns None at once
-DONE: Awaitable[None] = _Done()
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        raise typ if val is None else val
+
+    def close(self) -> None:
+        return None
+
+
+#: awaiting it returns None at once (the pure twin's; aoz.hotpath.DONE is the one used)
+DONE: Coroutine[Any, Any, None] = _Done()
 
 
 class WeakResponder:

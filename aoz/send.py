@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -113,7 +113,7 @@ class SendPath:
 
     def publish(self, subject: str, data: object, codec: Codec | None,
                 block: bool | None, headers: Mapping[str, str] | None = None
-                ) -> Awaitable[None] | None:
+                ) -> Coroutine[Any, Any, None] | None:
         """``await node.publish``, by the node's policy and ``block`` for this call.
 
         Sends now and returns ``None`` in the common case; returns what the caller must
@@ -132,7 +132,7 @@ class SendPath:
             return self.refused(subject, block)
         return asyncio.sleep(0) if due else None  # the loop's turn, now and then
 
-    def refused(self, subject: str, block: bool | None) -> Awaitable[None] | None:
+    def refused(self, subject: str, block: bool | None) -> Coroutine[Any, Any, None] | None:
         """ZeroMQ refused the publish just built (``sender.unsent``, numbered for good,
         kept): ``block=False`` drops it and counts it, otherwise it is sent when there
         is room (what the caller awaits)."""
