@@ -302,7 +302,7 @@ class Sender:
     """
 
     __slots__ = ("_builder", "_since_yield", "bytes_out", "messages_out", "pub", "store",
-                 "unsent")
+                 "thread", "unsent")
 
     def __init__(self, builder: FrameSource) -> None:
         self._builder = builder
@@ -313,6 +313,10 @@ class Sender:
         self.messages_out = 0
         self.bytes_out = 0
         self._since_yield = 0
+        #: the node's loop thread (``threading.get_ident()``), set when the node opens:
+        #: ``node.publish`` called from any other thread sends nothing then (it returns a
+        #: coroutine that publishes when the loop runs it, as run_coroutine_threadsafe does)
+        self.thread = 0
 
     def publish(self, subject: str, data: object, codec: Codec | None) -> bool:
         """Build, send and keep; True once every ``YIELD_EVERY`` calls: then the caller

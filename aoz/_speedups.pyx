@@ -18,6 +18,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.object cimport PyObject_GetAttr
 from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport Py_SIZE
+from cpython.pythread cimport PyThread_get_thread_ident
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
@@ -640,6 +641,7 @@ cdef class Sender:
     cdef unsigned long long _messages
     cdef unsigned long long _bytes
     cdef unsigned int _since_yield
+    cdef public unsigned long thread  # the node's loop thread (see the pure twin)
     cdef object _handle_pub  # the pub whose libzmq socket _handle is
     cdef void* _handle
 
@@ -653,6 +655,7 @@ cdef class Sender:
         self._messages = 0
         self._bytes = 0
         self._since_yield = 0
+        self.thread = 0
 
     @property
     def messages_out(self):
@@ -907,11 +910,12 @@ def node_publish(self, subject, data=b"", *, codec=None, block=None, headers=Non
     """``Node.publish`` (aoz.node puts it there; the pure twin keeps the Python one,
     whose text it also takes): the same steps, with no Python frame between the caller
     and the Sender in the common case (no headers, no ``block=True``)."""
-    cdef Sender sender
+    cdef Sender sender = <Sender?>PyObject_GetAttr(self, _SENDER)
     if not PyObject_GetAttr(self, _OPEN):
         self._check_open()
+    if sender.thread != PyThread_get_thread_ident():  # not the node's loop: see the twin
+        return self._publish_later(subject, data, codec, block, headers)
     if headers is None and not block:
-        sender = <Sender?>PyObject_GetAttr(self, _SENDER)
         try:
             due = sender.publish(subject, data, codec)
         except WouldBlock:  # a blocking node's full subscriber: wait, or drop

@@ -34,6 +34,7 @@ import time
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from pathlib import Path
+from threading import get_ident
 from typing import Any
 
 import anyio
@@ -251,6 +252,7 @@ class Node:
 
             self._plane.links.on_change = self._plane.on_interest = changed
             await tg.start(self._driver.run, _DriverPort(self))
+        self._sender.thread = get_ident()  # publish sends at once on this thread only
         self._open = True
 
     def _make_driver(self) -> Driver | None:
@@ -387,7 +389,10 @@ class Node:
         (``send_policy="block"``) or for the loop's turn. Like a coroutine for
         ``asyncio.create_task`` and anyio's ``start_soon``; unlike one, an error (a
         closed node, data that cannot be encoded) is raised by the call, not by the
-        ``await``. (A coroutine per call cost a third of a publish.)
+        ``await``. (A coroutine per call cost a third of a publish.) Called from a
+        thread that is not the node's loop, it sends nothing and returns a coroutine
+        that publishes when the loop runs it (``asyncio.run_coroutine_threadsafe``);
+        :mod:`aoz.blocking` is the facade for such threads.
 
         ``headers`` (str -> str) travel in aoz's payload header to aoz subscribers
         (``msg.headers``); an omnm or Verbatim payload cannot carry them.
@@ -403,6 +408,8 @@ class Node:
         """
         if not self._open:
             self._check_open()
+        if self._sender.thread != get_ident():  # not the node's loop: publish when it runs
+            return self._publish_later(subject, data, codec, block, headers)
         if headers is None and not block:
             try:
                 due = self._send.direct(subject, data, codec)
@@ -413,6 +420,13 @@ class Node:
         else:
             wait = self._send.publish(subject, data, codec, block, headers)
         return DONE if wait is None else wait  # room to wait for, or the loop's turn
+
+    async def _publish_later(self, subject: str, data: object, codec: Codec | None,
+                             block: bool | None, headers: Mapping[str, str] | None) -> None:
+        """``publish`` called from a thread that is not the node's loop: ZeroMQ sockets
+        are not thread-safe, so nothing is sent then; this coroutine publishes when the
+        loop runs it (``asyncio.run_coroutine_threadsafe(node.publish(...), loop)``)."""
+        await self.publish(subject, data, codec=codec, block=block, headers=headers)
 
     async def publish_many(
         self, subject: str, items: Iterable[object], *, codec: Codec | None = None
@@ -458,6 +472,8 @@ class Node:
         """
         if not self._open:
             self._check_open()
+        if self._sender.thread != get_ident():  # not the node's loop: reply when it runs
+            return self._respond_later(handle, data, codec)
         hb = handle.encode("ascii")
         if codec is None and type(data) is bytes and len(hb) == HANDLE_LEN and b"\0" not in hb:
             frame = b"".join((hb, _REPLY_RAW, data))  # encode_reply(hb, encode_payload(data))
@@ -476,6 +492,11 @@ class Node:
         self._deferred += 1
         self._owner.start_soon(self._deferred_reply, hb, frame, name="aoz-deferred-reply")
         return DONE
+
+    async def _respond_later(self, handle: str, data: object, codec: Codec | None) -> None:
+        """``respond_to`` called from a thread that is not the node's loop (see
+        :meth:`_publish_later`)."""
+        await self.respond_to(handle, data, codec)
 
     async def _route_to(self, handle: bytes) -> bool:
         """Wait at most ``_REPLY_ROUTE_WAIT`` for the requester's inbox filter (what a

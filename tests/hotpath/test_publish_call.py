@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import collections.abc
+import concurrent.futures
 from collections.abc import AsyncIterator
 
 import anyio
@@ -115,3 +116,44 @@ async def test_errors_are_raised_by_the_call_not_the_await() -> None:
             node.publish("", b"x")
     with pytest.raises(aoz.ClosedError, match="closed"):
         node.publish("T.x", b"late")
+
+
+async def test_a_call_from_another_thread_publishes_when_the_loop_runs_it(
+    pair: tuple[aoz.Node, aoz.Subscription],
+) -> None:
+    """ZeroMQ sockets are not thread-safe: off the node's loop nothing is sent during the
+    call; the coroutine it returns publishes when the loop runs it."""
+    pub, sub = pair
+    loop = asyncio.get_running_loop()
+    before = pub.statistics().messages_out
+
+    def elsewhere() -> tuple[int, object]:
+        coro = pub.publish("T.x", b"from a thread")
+        sent = pub.statistics().messages_out
+        return sent, asyncio.run_coroutine_threadsafe(coro, loop)
+
+    sent, fut = await asyncio.to_thread(elsewhere)
+    assert sent == before
+    assert isinstance(fut, concurrent.futures.Future)
+    await asyncio.wait_for(asyncio.wrap_future(fut), 5)
+    assert await _take(sub, 1) == [b"from a thread"]
+
+
+async def test_a_reply_from_another_thread_is_sent_by_the_loop() -> None:
+    async with aoz.connect(bind=["tcp://127.0.0.1:*"]) as a, \
+            aoz.connect(bind=["tcp://127.0.0.1:*"], connect=[a.endpoint]) as b:
+        a.connect_endpoint(b.endpoint)
+        requests = a.subscribe("R.x")
+        await b.wait_for_interest("R.x", timeout=10)
+        loop = asyncio.get_running_loop()
+
+        async def answer() -> None:
+            msg = await requests.next(timeout=10)
+            fut = await asyncio.to_thread(
+                lambda: asyncio.run_coroutine_threadsafe(msg.respond(b"pong"), loop))
+            await asyncio.wrap_future(fut)
+
+        task = asyncio.create_task(answer())
+        reply = await b.request("R.x", b"ping", timeout=10)
+        await asyncio.wait_for(task, 5)
+        assert reply.data == b"pong"
