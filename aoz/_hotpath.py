@@ -313,9 +313,10 @@ class Sender:
         self.messages_out = 0
         self.bytes_out = 0
         self._since_yield = 0
-        #: the node's loop thread (``threading.get_ident()``), set when the node opens:
-        #: ``node.publish`` called from any other thread sends nothing then (it returns a
-        #: coroutine that publishes when the loop runs it, as run_coroutine_threadsafe does)
+        #: the node's loop thread (``threading.get_ident()``) while the node is open, else
+        #: 0: ``node.publish`` called from any other thread sends nothing (it returns a
+        #: coroutine that publishes when the loop runs it, as run_coroutine_threadsafe
+        #: does), and on a node not open it raises
         self.thread = 0
 
     def publish(self, subject: str, data: object, codec: Codec | None) -> bool:

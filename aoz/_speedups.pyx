@@ -900,7 +900,6 @@ cdef object _would_block():
 
 
 # ------------------------------------------------------------------ Node.publish
-cdef object _OPEN = "_open"
 cdef object _SENDER = "_sender"
 cdef object _SEND = "_send"
 cdef object _checkpoint = anyio.lowlevel.checkpoint
@@ -911,9 +910,8 @@ def node_publish(self, subject, data=b"", *, codec=None, block=None, headers=Non
     whose text it also takes): the same steps, with no Python frame between the caller
     and the Sender in the common case (no headers, no ``block=True``)."""
     cdef Sender sender = <Sender?>PyObject_GetAttr(self, _SENDER)
-    if not PyObject_GetAttr(self, _OPEN):
+    if sender.thread != PyThread_get_thread_ident():  # not open, or not the loop's thread
         self._check_open()
-    if sender.thread != PyThread_get_thread_ident():  # not the node's loop: see the twin
         return self._publish_later(subject, data, codec, block, headers)
     if headers is None and not block:
         try:
