@@ -101,6 +101,24 @@ async def test_bursts_into_aoz_sub_never_abort_libzmq(tmp_path: Path) -> None:
     assert (tmp_path / "out").stat().st_size > 0
 
 
+async def test_the_xpub_sees_its_own_link_go_before_it_closes() -> None:
+    """A node closes its SUB, then waits until its XPUB has taken the withdrawal of its
+    own inbox filter, and only then closes the XPUB. A subscription change reaching a
+    closing XPUB made libzmq abort (`Assertion failed: !_io_error`) when a heartbeat
+    timer fired next: with 1 ms heartbeats, 21 of 300 processes that closed a
+    subscription and then the node at once aborted; 0 of 300 with the wait. That race
+    needs a fresh process and the right load, so this checks the wait's signal."""
+    async with aoz.connect(bind=["tcp://127.0.0.1:*"], heartbeat_interval=0.001) as node, \
+            node.subscribe("W", queue_size=10) as sub:
+        await node.wait_for_interest("W", timeout=10)
+        for _ in range(1000):
+            await node.publish("W", b"x")
+        await sub.next(timeout=5)
+    counters = node.statistics().discovery
+    assert counters.get("own_link_gone") == 1, counters
+    assert "own_link_wait_timeout" not in counters
+
+
 async def test_frozen_peer_is_expired_and_not_reported_up_while_frozen() -> None:
     from aoz.discovery.nsd import NamingDaemon
 
