@@ -217,8 +217,9 @@ class DataPlane:
         while the XPUB is closing stops that connection's input (its pipe is gone),
         and the peer's close then fails it. Our own SUB sends exactly that when a
         subscription is closed just before the node (measured with 1 ms heartbeats:
-        21 aborts in 300 runs). Once the withdrawal has come, the self-connection was
-        torn down while the XPUB was open, where nothing stops it.
+        61 aborts in 700 processes; 0 in 600 with this wait). Once the withdrawal has
+        come, the self-connection was torn down while the XPUB was open, where nothing
+        stops it.
         """
         pub = self._pub
         if (pub is None or pub.closed or self.settings.heartbeat_interval <= 0

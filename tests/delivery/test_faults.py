@@ -105,8 +105,8 @@ async def test_the_xpub_sees_its_own_link_go_before_it_closes() -> None:
     """A node closes its SUB, then waits until its XPUB has taken the withdrawal of its
     own inbox filter, and only then closes the XPUB. A subscription change reaching a
     closing XPUB made libzmq abort (`Assertion failed: !_io_error`) when a heartbeat
-    timer fired next: with 1 ms heartbeats, 21 of 300 processes that closed a
-    subscription and then the node at once aborted; 0 of 300 with the wait. That race
+    timer fired next: with 1 ms heartbeats, 61 of 700 processes that closed a
+    subscription and then the node at once aborted; 0 of 600 with the wait. That race
     needs a fresh process and the right load, so this checks the wait's signal."""
     async with aoz.connect(bind=["tcp://127.0.0.1:*"], heartbeat_interval=0.001) as node, \
             node.subscribe("W", queue_size=10) as sub:
