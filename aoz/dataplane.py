@@ -42,7 +42,7 @@ import anyio
 import anyio.abc
 import zmq
 
-from ._errmap import drain_error, mapped
+from ._errmap import drain_error, mapped, tolerated
 from ._hotpath import BATCH
 from .cache import PublishCache
 from .config import Settings
@@ -229,7 +229,7 @@ class DataPlane:
 
         def wait() -> bool:
             deadline = time.monotonic() + _OWN_LINK_WAIT
-            try:
+            with tolerated("waiting for the own link to go", "closing anyway: best effort"):
                 while (left := deadline - time.monotonic()) > 0:
                     if not pub.poll(int(left * 1000) + 1):
                         return False
@@ -239,8 +239,6 @@ class DataPlane:
                                 return True
                         except zmq.Again:
                             break
-            except zmq.ZMQError as exc:  # closing anyway: the wait is best effort
-                log.debug("waiting for the own link to go: %r", exc)
             return False
 
         with anyio.CancelScope(shield=True):
