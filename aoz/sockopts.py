@@ -184,6 +184,13 @@ def apply_data_options(pub: zmq.Socket[Any], sub: zmq.Socket[Any], s: Settings) 
       send wait instead of dropping.
     - Inbound sizes: the XPUB only ever receives subscriptions
       (:data:`SUBSCRIPTION_MAX`), the SUB at most ``max_message_size``.
+    - The XPUB's receive queue is unbounded (``RCVHWM`` 0). With a bound, a peer's
+      burst of subscriptions (a subscriber with thousands of filters connecting) filled
+      it while the event loop was busy, which stopped that connection's input; if the
+      peer then went, the next heartbeat tick aborted the process (the assertion
+      above). A churning peer with 5,000 filters did that in every run. What the queue
+      holds is folded into the interest set as soon as the loop runs, and that set
+      holds every distinct filter anyway.
     - The SUB stops retrying after a failed handshake; :class:`HandshakeGuard`
       retries with back-off.
     - The SUB's send side is unbounded (``SNDHWM`` 0): what a SUB sends are its
@@ -210,6 +217,7 @@ def apply_data_options(pub: zmq.Socket[Any], sub: zmq.Socket[Any], s: Settings) 
         sock.setsockopt(zmq.LINGER, linger)
         sock.setsockopt(zmq.HANDSHAKE_IVL, _ms(s.handshake_timeout))
     pub.setsockopt(zmq.SNDHWM, s.send_hwm)
+    pub.setsockopt(zmq.RCVHWM, 0)  # subscriptions never stop a connection's input
     pub.setsockopt(zmq.MAXMSGSIZE, SUBSCRIPTION_MAX)
     if s.heartbeat_interval > 0:
         ivl = _ms(s.heartbeat_interval)
