@@ -106,7 +106,7 @@ async def test_the_xpub_sees_its_own_link_go_before_it_closes() -> None:
     own inbox filter, and only then closes the XPUB. A subscription change reaching a
     closing XPUB made libzmq abort (`Assertion failed: !_io_error`) when a heartbeat
     timer fired next: with 1 ms heartbeats, 61 of 700 processes that closed a
-    subscription and then the node at once aborted; 0 of 800 with the wait. That race
+    subscription and then the node at once aborted; 0 of 1,000 with the wait. That race
     needs a fresh process and the right load, so this checks the wait's signal."""
     async with aoz.connect(bind=["tcp://127.0.0.1:*"], heartbeat_interval=0.001) as node, \
             node.subscribe("W", queue_size=10) as sub:
