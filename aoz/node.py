@@ -174,7 +174,11 @@ class Node:
             self._requests.inbox_filter, self._frames, self.uuid,
         )
         self._send = self._plane.send  # every publish goes through here (aoz.send)
-        self._sender = self._send.sender  # the hot path's (the compiled publish reads it)
+        # the hot path's Sender: ``publish`` without headers goes straight to it (build,
+        # send, keep, count; True when the caller should yield), so the commonest publish
+        # costs no SendPath call; when ZeroMQ refuses (a blocking node) it raises
+        # WouldBlock and publish hands over to SendPath.refused
+        self._sender = self._send.sender
         self._heartbeats = Heartbeats(self._frames, self._plane.send_control,
                                       interval=s.publisher_heartbeat,
                                       window=s.publisher_heartbeat_window,
@@ -414,7 +418,7 @@ class Node:
             return self._publish_later(subject, data, codec, block, headers)
         if headers is None and not block:
             try:
-                due = self._send.direct(subject, data, codec)
+                due = self._sender.publish(subject, data, codec)
             except WouldBlock:  # a blocking node's full subscriber: wait, or drop
                 wait = self._send.refused(subject, block)
             else:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -72,11 +72,6 @@ class SendPath:
         self.waiters = 0  # sends waiting for room now
         # set when the publisher may have room again (blocked sends wait on it)
         self._room = asyncio.Event()
-        #: ``await node.publish`` without headers: the hot path's own entry (build,
-        #: send, keep, count; True when the caller should yield), so the commonest
-        #: publish costs no call of this class's; when ZeroMQ refuses (a blocking node)
-        #: it raises WouldBlock and the caller hands over to :meth:`refused`
-        self.direct: Callable[[str, object, Codec | None], bool] = self.sender.publish
 
     def attach(self, pub: zmq.Socket[bytes]) -> None:
         """The XPUB frames leave from (the data plane's)."""
