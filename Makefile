@@ -11,10 +11,10 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-# The compiled modules (aoz/_speedups.pyx, aoz/omnm/_fast.pyx): pip's editable install
+# The compiled modules (aoz/_mesh/_speedups.pyx, aoz/omnm/_fast.pyx): pip's editable install
 # builds them (and warns, and goes on, where it cannot); this rebuilds them in place when
 # their source has changed (a no-op when they are current).
-$(BIN)/.speedups: $(BIN)/.installed aoz/_speedups.pyx aoz/omnm/_fast.pyx setup.py
+$(BIN)/.speedups: $(BIN)/.installed aoz/_mesh/_speedups.pyx aoz/omnm/_fast.pyx setup.py
 	$(BIN)/python setup.py -q build_ext --inplace
 	rm -rf build
 	touch $@
@@ -40,8 +40,8 @@ lint: $(BIN)/.installed
 # pure-Python twin (AOZ_PURE_PYTHON=1) runs the tests marked `twin`: those under
 # tests/{hotpath,node,delivery,queues,faults,omnm}/ (and modules that opt in with that
 # mark), which run a node's data plane in-process or the omnm codec. The twins replace
-# only the data plane's drain, sender and publish entries (aoz/_hotpath.py vs
-# aoz/_speedups.pyx) and omnm's codec (aoz/omnm/_codec.py vs _fast.pyx); everything else
+# only the data plane's drain, sender and publish entries (aoz/_mesh/_hotpath.py vs
+# aoz/_mesh/_speedups.pyx) and omnm's codec (aoz/omnm/_codec.py vs _fast.pyx); everything else
 # (protocol/, message, subscription, discovery, the CLI, Spark) is one Python source on
 # both paths, so the rest of the suite would only run the same code twice.
 # tests/hotpath/test_twins.py also compares the two twins directly in every run.
@@ -80,5 +80,5 @@ wheel: $(BIN)/.installed
 	rm -rf build dist/raw
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache aoz/_speedups.c aoz/_speedups.*.so \
+	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache aoz/_mesh/_speedups.c aoz/_mesh/_speedups.*.so \
 		aoz/omnm/_fast.c aoz/omnm/_fast.*.so

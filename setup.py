@@ -1,4 +1,4 @@
-"""Builds aoz's optional compiled modules: the data plane's hot path (aoz/_speedups.pyx)
+"""Builds aoz's optional compiled modules: the data plane's hot path (aoz/_mesh/_speedups.pyx)
 and the omnm codec (aoz/omnm/_fast.pyx); everything else is in pyproject.toml. Where
 one cannot be built (no C compiler, no Cython), the build goes on without it and aoz
 runs its pure-Python twin, which behaves the same. Each is built (or not) on its own.
@@ -38,7 +38,10 @@ def _warn(exc: BaseException) -> None:
 
 
 #: (module, source) of each compiled twin
-EXTENSIONS = (("aoz._speedups", "aoz/_speedups.pyx"), ("aoz.omnm._fast", "aoz/omnm/_fast.pyx"))
+EXTENSIONS = (
+    ("aoz._mesh._speedups", "aoz/_mesh/_speedups.pyx"),
+    ("aoz.omnm._fast", "aoz/omnm/_fast.pyx"),
+)
 
 
 def _extensions() -> list[Extension]:

@@ -17,9 +17,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import omnm, queues
-from .blocking import BlockingNode, BlockingSubscription
+from ._discovery.peers import Peer, PeerEvent
+from ._mesh.blocking import BlockingNode, BlockingSubscription
+from ._mesh.message import Message
+from ._mesh.node import Node, NodeStatistics, ReplyStream, connect
+from ._mesh.services import Service, call, check_reply, serve, wait_for_service
+from ._mesh.subscription import Subscription, SubscriptionStatistics
+from ._protocol.codecs import Codec, Verbatim
+from ._protocol.frames import Kind
 from .config import Settings, load_settings
-from .discovery.peers import Peer, PeerEvent
 from .errors import (
     AozError,
     ClosedError,
@@ -39,12 +45,6 @@ from .errors import (
     WaitTimeout,
     WouldBlock,
 )
-from .message import Message
-from .node import Node, NodeStatistics, ReplyStream, connect
-from .protocol.codecs import Codec, Verbatim
-from .protocol.frames import Kind
-from .services import Service, call, check_reply, serve, wait_for_service
-from .subscription import Subscription, SubscriptionStatistics
 
 # No NullHandler on purpose: aoz logs a WARNING when data is lost (a subscription's full
 # queue, a sequence gap) and an ERROR when a service's handler fails; an application
@@ -53,18 +53,18 @@ from .subscription import Subscription, SubscriptionStatistics
 # to route or silence them; aoz.connect(error_cb=...) reports losses to code.
 
 if TYPE_CHECKING:
-    from .discovery.broker import Broker
-    from .discovery.nsd import NamingDaemon
+    from ._discovery.broker import Broker
+    from ._discovery.nsd import NamingDaemon
 
 
 def __getattr__(name: str) -> Any:
     # The daemons are imported on first use: most programs only run nodes.
     if name == "NamingDaemon":
-        from .discovery.nsd import NamingDaemon
+        from ._discovery.nsd import NamingDaemon
 
         return NamingDaemon
     if name == "Broker":
-        from .discovery.broker import Broker
+        from ._discovery.broker import Broker
 
         return Broker
     raise AttributeError(f"module 'aoz' has no attribute {name!r}")
@@ -85,11 +85,11 @@ __version__ = _version()
 
 def hot_path() -> str:
     """Which implementation of the data plane's hot path this process runs:
-    ``"compiled"`` (aoz._speedups, built with the package) or ``"python"`` (the
+    ``"compiled"`` (aoz._mesh._speedups, built with the package) or ``"python"`` (the
     pure-Python twin: where the extension could not be built, or with
     ``AOZ_PURE_PYTHON=1``). Both behave the same; the compiled one is faster.
     ``node.statistics().hot_path`` says the same."""
-    from .hotpath import HOT_PATH
+    from ._mesh.hotpath import HOT_PATH
 
     return HOT_PATH
 

@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_demo(args[1:])
     if args and args[0] == "nsd":
-        from .discovery.nsd import main as nsd_main
+        from ._discovery.nsd import main as nsd_main
 
         return nsd_main(args[1:])
     from .cli import main as cli_main

@@ -14,7 +14,7 @@ OZ name (``mama.zmq.transport.<t>.``)  ->  aoz name
     outgoing_url_N / incoming_url_N    ->  ``bind`` / ``connect`` (static mode)
 
 aoz only: ``transport="ipc"`` puts the data PUB on a Unix socket (``ipc_dir``) instead
-of tcp, for aoz nodes on one host; every endpoint is checked by :mod:`aoz.endpoints`,
+of tcp, for aoz nodes on one host; every endpoint is checked by :mod:`aoz._mesh.endpoints`,
 which also states where ipc endpoints may be announced (never where OZ reads them).
 
 aoz's defaults suit a local mesh (sub-second healing); OZ's slower WAN values are
@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from .endpoints import TRANSPORTS, check_endpoint, ipc_mesh
+from ._mesh.endpoints import TRANSPORTS, check_endpoint, ipc_mesh
 from .errors import ConfigError
 
 __all__ = ["Mode", "Overflow", "Settings", "Transport", "load_settings"]
@@ -64,7 +64,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     #: the data PUB's transport in naming/udp modes: ``tcp`` (on ``publish_address``,
     #: what OZ does) or ``ipc`` (a Unix socket ``<ipc_dir>/aoz-<uuid>.ipc``: faster, for
     #: aoz nodes on this host only; in naming mode it needs an nsd reached over ipc://,
-    #: since OZ programs cannot connect to ipc endpoints -- see aoz.endpoints)
+    #: since OZ programs cannot connect to ipc endpoints -- see aoz._mesh.endpoints)
     transport: Transport = "tcp"
     #: directory of ipc socket files (default: $XDG_RUNTIME_DIR, else $TMPDIR or /tmp)
     ipc_dir: str | None = None
@@ -114,7 +114,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     send_policy: SendPolicy = "drop"
     #: number publications per subject, so subscribers detect and count losses exactly
     sequence: bool = True
-    #: the publisher cache (aoz.cache): keep the last ``publish_cache`` frames published
+    #: the publisher cache (aoz._mesh.cache): keep the last ``publish_cache`` frames published
     #: on each subject, at most ``publish_cache_bytes`` in all, for late joiners
     #: (``subscribe(history=N)``) and for subscribers repairing a gap (``recover=True``).
     #: Off (0) by default: it holds N frames per subject for the node's lifetime (with
@@ -136,7 +136,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     default_codec: Literal["msgpack", "json", "omnm"] = "msgpack"
     #: on close, how long queued outgoing messages may take to leave, seconds
     linger: float = 1.0
-    #: CURVE on the data plane (see aoz.security): the mesh's server keypair, this
+    #: CURVE on the data plane (see aoz._mesh.security): the mesh's server keypair, this
     #: node's client keypair (generated when omitted) and the allowed client keys
     curve_server_public: str | None = None
     curve_server_secret: str | None = None
@@ -154,7 +154,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     #: and allows ``curve_allow``); needs ``curve_public``/``curve_secret`` listed there.
     #: Such a node cannot use an OZ nsd, and OZ programs cannot join its mesh.
     naming_curve: bool = False
-    #: identities bound to keys (aoz.identity): this node's uuid and publisher id derive
+    #: identities bound to keys (aoz._mesh.identity): this node's uuid and publisher id derive
     #: from ``curve_public``; its data PUB is a CURVE server with its own keypair (no
     #: mesh secret on nodes), peers are connected with the key their uuid names, and
     #: announcements, beacons and data frames that claim another key's identity are
@@ -164,10 +164,10 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     curve_identity: bool = False
     #: with ``curve_identity``: per-key subject permissions, NATS-style, ``{public_key:
     #: {"publish": [patterns], "subscribe": [patterns]}}``; enforced where a brokerless
-    #: mesh can (aoz.identity.Permissions, docs/SECURITY.md)
+    #: mesh can (aoz._mesh.identity.Permissions, docs/SECURITY.md)
     curve_permissions: dict[str, dict[str, list[str]]] | None = None
     #: largest data message accepted, bytes (-1 = unlimited); a peer sending more is
-    #: disconnected by ZeroMQ after the frame header (aoz.sockopts)
+    #: disconnected by ZeroMQ after the frame header (aoz._mesh.sockopts)
     max_message_size: int = 64 * 1024 * 1024
     #: a ZeroMQ/CURVE handshake not finished within this many seconds is dropped
     handshake_timeout: float = 5.0
@@ -338,7 +338,7 @@ def _infer_mode(values: dict[str, Any]) -> None:
 
 def _read_key_files(values: dict[str, Any]) -> None:
     """Fill the CURVE keys from the ``curve_*_file`` settings (aoz keygen's files)."""
-    from .security import public_key, read_key, read_keys
+    from ._mesh.security import public_key, read_key, read_keys
 
     for field, public, secret in (("curve_server_secret_file", "curve_server_public",
                                    "curve_server_secret"),

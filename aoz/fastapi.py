@@ -60,6 +60,9 @@ try:
 except ImportError as exc:
     raise missing_extra(exc, "fastapi", "aoz.fastapi") from exc
 
+from ._mesh.message import Message
+from ._mesh.node import Node, connect
+from ._render import message_text, message_to_dict
 from .asyncapi import document
 from .config import Overflow
 from .errors import (
@@ -71,9 +74,6 @@ from .errors import (
     UsageError,
     WaitTimeout,
 )
-from .message import Message
-from .node import Node, connect
-from .render import message_text, message_to_dict
 
 log = logging.getLogger("aoz.fastapi")
 

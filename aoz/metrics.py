@@ -67,7 +67,7 @@ except ImportError as exc:
 from .errors import AozError, TransportError
 
 if TYPE_CHECKING:
-    from .node import Node, NodeStatistics
+    from ._mesh.node import Node, NodeStatistics
 
 __all__ = ["MetricsServer", "NodeCollector", "register", "start_http_server", "unregister"]
 
@@ -161,7 +161,7 @@ class NodeCollector(Collector):
         )
         memory = CounterMetricFamily(
             "aoz_memory_events",
-            "Publisher cache, history and recovery events (aoz.cache, aoz.recovery).",
+            "Publisher cache, history and recovery events (aoz._mesh.cache, aoz._mesh.recovery).",
             labels=[*_LABELS, "event"],
         )
         cache = GaugeMetricFamily(

@@ -37,8 +37,8 @@ try:
 except ImportError as exc:
     raise missing_extra(exc, "otel", "aoz.otel") from exc
 
-from .message import Message
-from .node import Node
+from ._mesh.message import Message
+from ._mesh.node import Node
 
 __all__ = ["Tracing"]
 

@@ -51,8 +51,8 @@ import pytest
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
-    from aoz.discovery.nsd import NamingDaemon
-    from aoz.node import Node
+    from aoz._discovery.nsd import NamingDaemon
+    from aoz._mesh.node import Node
     from aoz.testing import TestMesh
 
 __all__ = ["NodeFactory", "aoz_mesh", "aoz_node", "aoz_node_factory", "aoz_nsd"]
@@ -82,14 +82,14 @@ async def _sleep_forever() -> None:
 
 
 class _Held:
-    """Keeps an async context manager open in a :class:`aoz._tasks.TaskOwner`.
+    """Keeps an async context manager open in a :class:`aoz._mesh.tasks.TaskOwner`.
 
     Fixture setup and teardown may run in different tasks, while anyio cancel scopes
     must be entered and left by the same task: the owner's root task does both.
     """
 
     def __init__(self, name: str) -> None:
-        from aoz._tasks import TaskOwner
+        from aoz._mesh.tasks import TaskOwner
 
         self._owner = TaskOwner(name)
 
@@ -137,7 +137,7 @@ def _asyncio_fixture(fn: Any) -> Any:
 
 # ------------------------------------------------------------------ implementations
 async def _nsd() -> AsyncIterator[NamingDaemon]:
-    from aoz.discovery.nsd import NamingDaemon
+    from aoz._discovery.nsd import NamingDaemon
 
     held = _Held("aoz-fixture-nsd")
     nsd: NamingDaemon = await held.enter(NamingDaemon(host="127.0.0.1", port=0))

@@ -54,20 +54,20 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from .errors import WaitTimeout
-from .protocol.queuegroups import (
+from ._protocol.queuegroups import (
     QUEUE_PREFIX,
     QueueTable,
     check_group,
     member_subject,
     parse_member,
 )
+from .errors import WaitTimeout
 
 if TYPE_CHECKING:
-    from .message import Message
-    from .node import Node
-    from .protocol.codecs import Codec
-    from .subscription import Subscription, SubscriptionStatistics
+    from ._mesh.message import Message
+    from ._mesh.node import Node
+    from ._mesh.subscription import Subscription, SubscriptionStatistics
+    from ._protocol.codecs import Codec
 
 __all__ = [
     "QUEUE_PREFIX",

@@ -25,11 +25,11 @@ from typing import Any
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from .blocking import BlockingNode
-from .discovery.nsd import NamingDaemon
+from ._discovery.nsd import NamingDaemon
+from ._mesh.blocking import BlockingNode
+from ._mesh.node import Node
+from ._mesh.services import Handler, serve
 from .errors import ClosedError
-from .node import Node
-from .services import Handler, serve
 
 __all__ = ["TestMesh"]
 

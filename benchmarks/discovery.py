@@ -29,9 +29,9 @@ import anyio
 from anyio.abc import Process
 from anyio.streams.text import TextReceiveStream
 
-from aoz.discovery.nsd import NamingDaemon
+from aoz._discovery.nsd import NamingDaemon
+from aoz._mesh.node import Node, connect
 from aoz.errors import AozError
-from aoz.node import Node, connect
 
 __all__ = ["measure_convergence", "measure_convergence_processes", "measure_heal"]
 

@@ -1,7 +1,7 @@
 """``python -m benchmarks.drain``: CPU time per frame of the node's receive path.
 
 No sockets and no second process: a stand-in socket hands the data plane's drain
-(:meth:`aoz.receive.Receiver.drain`) ready-made 100 B frames, and
+(:meth:`aoz._mesh.receive.Receiver.drain`) ready-made 100 B frames, and
 ``time.process_time`` measures the drain (routing, sequence check, one Message,
 the queue push) and then ``msg.data`` on each queued message. Cases run in
 interleaved rounds; the table gives the median ns per frame and the ratios that the
@@ -20,11 +20,11 @@ import time
 
 import zmq
 
-from aoz.protocol.sequence import encode_header
-from aoz.protocol.subjects import compile_pattern
-from aoz.receive import Receiver
-from aoz.routing import RoutingTable
-from aoz.subscription import Subscription
+from aoz._mesh.receive import Receiver
+from aoz._mesh.routing import RoutingTable
+from aoz._mesh.subscription import Subscription
+from aoz._protocol.sequence import encode_header
+from aoz._protocol.subjects import compile_pattern
 
 SUBJECT = b"BENCH.DATA"
 PATTERNS = {"exact": "BENCH.DATA", "tokens": "BENCH.*", ">": ">"}

@@ -3,7 +3,7 @@
 A CURVE server (a raw XPUB, counting ``HANDSHAKE_FAILED_*`` on its monitor) and a
 client that has the wrong server key: first a plain pyzmq SUB with aoz's former
 options (the baseline, libzmq retrying every ``reconnect_interval``), then an aoz node
-(aoz.sockopts back-off). Both run for the same window in the same process::
+(aoz._mesh.sockopts back-off). Both run for the same window in the same process::
 
     python -m benchmarks.handshake_backoff --seconds 60
 """
@@ -19,8 +19,8 @@ import zmq.asyncio
 from zmq.utils.monitor import recv_monitor_message
 
 import aoz
-from aoz.security import keypair
-from aoz.sockopts import HANDSHAKE_FAILED
+from aoz._mesh.security import keypair
+from aoz._mesh.sockopts import HANDSHAKE_FAILED
 
 
 async def _count(seconds: float, client: str) -> int:

@@ -222,7 +222,7 @@ def measure(rounds: int, seconds: float, rate: int, cut: str, settle: float) -> 
     with ExitStack() as stack:
         ns_a, ns_b, ip_a, ip_b = stack.enter_context(_namespaces(cut))
         nsd_port = "5756"
-        nsd = stack.enter_context(_proc(ns_a, ["-m", "aoz.discovery.nsd", "--bind", ip_a,
+        nsd = stack.enter_context(_proc(ns_a, ["-m", "aoz._discovery.nsd", "--bind", ip_a,
                                                "--port", nsd_port, "--log-level", "WARNING"]))
         del nsd
         naming = f"tcp://{ip_a}:{nsd_port}"

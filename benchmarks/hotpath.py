@@ -1,7 +1,7 @@
 """``python -m benchmarks.hotpath``: the compiled hot path against its pure-Python twin.
 
-Both implementations live in one process (``aoz._speedups`` and the twins in
-``aoz._hotpath``), so they are measured side by side in interleaved rounds, in CPU
+Both implementations live in one process (``aoz._mesh._speedups`` and the twins in
+``aoz._mesh._hotpath``), so they are measured side by side in interleaved rounds, in CPU
 time of this thread (``time.thread_time``), which a shared machine disturbs far less
 than end-to-end rates:
 
@@ -30,21 +30,21 @@ from typing import Any
 import zmq
 
 import aoz
-from aoz import hotpath
-from aoz._hotpath import Sender as _SenderPy
-from aoz._hotpath import drain_sub as _drain_sub_py
-from aoz.protocol.builder import FrameBuilder
-from aoz.protocol.codecs import Codec
-from aoz.protocol.sequence import encode_header
-from aoz.protocol.subjects import compile_pattern
-from aoz.receive import Receiver
-from aoz.routing import RoutingTable
-from aoz.subscription import Subscription
+from aoz._mesh import hotpath
+from aoz._mesh._hotpath import Sender as _SenderPy
+from aoz._mesh._hotpath import drain_sub as _drain_sub_py
+from aoz._mesh.receive import Receiver
+from aoz._mesh.routing import RoutingTable
+from aoz._mesh.subscription import Subscription
+from aoz._protocol.builder import FrameBuilder
+from aoz._protocol.codecs import Codec
+from aoz._protocol.sequence import encode_header
+from aoz._protocol.subjects import compile_pattern
 
 from .drain import _Feed
 
 try:
-    from aoz import _speedups
+    from aoz._mesh import _speedups
 except ImportError:
     _speedups = None  # type: ignore[assignment]
 
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=100_000)
     args = ap.parse_args(argv)
     if _speedups is None:
-        print("aoz._speedups is not built: nothing to compare (pip install -e .)")
+        print("aoz._mesh._speedups is not built: nothing to compare (pip install -e .)")
         return 1
     figures: dict[str, list[float]] = {}
 

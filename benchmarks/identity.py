@@ -3,7 +3,7 @@
 Two CURVE meshes of two nodes on one event loop, over one plain nsd: the mesh-key model
 (every node holds the mesh server secret) and ``curve_identity=True`` (each node its own
 key; the subscriber traces every frame to its connection's key, ``ZMQ_SRCFD``, and
-checks the sequence header's publisher id: :class:`aoz.security.VerifyingSub`).
+checks the sequence header's publisher id: :class:`aoz._mesh.security.VerifyingSub`).
 Each round sends N sequenced 100-byte messages with ``send_policy="block"`` (nothing is
 lost: the run checks ``received == sent``) and times first publish to last receipt;
 rounds alternate between the cases and the table gives medians and the ratio. Both
@@ -22,8 +22,8 @@ from typing import Any
 import anyio
 
 import aoz
-from aoz.discovery.nsd import NamingDaemon
-from aoz.security import keypair
+from aoz._discovery.nsd import NamingDaemon
+from aoz._mesh.security import keypair
 
 
 def _settings(case: str, nsd: str) -> list[dict[str, Any]]:

@@ -27,7 +27,7 @@ import anyio.abc
 from anyio.streams.text import TextReceiveStream
 
 import aoz
-from aoz.discovery.nsd import NamingDaemon
+from aoz._discovery.nsd import NamingDaemon
 
 OUT = Path(__file__).resolve().parent / "out"
 SETTINGS: dict[str, Any] = {"beacon_interval": 0.2, "connect_interval": 0.05}

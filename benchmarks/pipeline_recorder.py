@@ -162,8 +162,8 @@ async def _lines(stream: Any) -> Any:
 
 def sample_frames(n: int) -> tuple[list[bytes], list[float]]:
     """Frames as the recorder gets them from an aoz publisher: sequenced msgpack."""
-    from aoz.protocol.builder import FrameBuilder
-    from aoz.protocol.codecs import Codec
+    from aoz._protocol.builder import FrameBuilder
+    from aoz._protocol.codecs import Codec
 
     b = FrameBuilder(Codec.MSGPACK, publisher=0x5EED)
     return [b.publish("BENCH.X", payload(i)) for i in range(n)], [time.time()] * n

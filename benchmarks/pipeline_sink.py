@@ -112,7 +112,7 @@ class Counter(threading.Thread):
             if frame.startswith(b"B._COMMIT"):
                 continue
             start = frame.index(b"\0") + 3
-            if 0x10 <= frame[start] <= 0x13:  # packed rows (aoz.protocol.packed)
+            if 0x10 <= frame[start] <= 0x13:  # packed rows (aoz._protocol.packed)
                 self.count += int.from_bytes(frame[start + 1 : start + 5], "little")
             else:
                 self.count += 1

@@ -43,7 +43,7 @@ class Quote(msgspec.Struct, tag="quote"):
 
 
 def make_recording(directory: Path, rows: int) -> None:
-    from aoz.protocol.sequence import encode_header
+    from aoz._protocol.sequence import encode_header
     from aoz.record.files import partition_dir, write_atomically
     from aoz.record.schema import build_tables, columns_for
 

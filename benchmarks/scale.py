@@ -1,7 +1,7 @@
 """``python -m benchmarks.scale [--patterns N] [--streams N]``: what scale costs.
 
-The bounds in ``aoz/protocol/sequence.py``, ``aoz/protocol/builder.py`` and
-``aoz/sockopts.py`` (issue #22), measured:
+The bounds in ``aoz/_protocol/sequence.py``, ``aoz/_protocol/builder.py`` and
+``aoz/_mesh/sockopts.py`` (issue #22), measured:
 
 - **Subscribing N patterns** (default 10,000) on one node, exact subjects and token
   wildcards: the time of the ``subscribe`` calls, the Python memory they hold
@@ -31,8 +31,8 @@ from typing import Any
 import anyio
 
 import aoz
-from aoz.protocol.builder import FrameBuilder
-from aoz.protocol.sequence import SequenceTracker
+from aoz._protocol.builder import FrameBuilder
+from aoz._protocol.sequence import SequenceTracker
 
 OUT = Path(__file__).resolve().parent / "out"
 

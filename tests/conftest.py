@@ -8,11 +8,11 @@ right set without anyone listing it:
 - ``twin``: every test under one of ``TWIN_DIRS``, or in a module that says
   ``pytestmark = pytest.mark.twin``. These run what exists twice, compiled and pure
   Python, chosen by ``AOZ_PURE_PYTHON``: a node's data plane in this process (the
-  receive drain, the sender and the publish entries: ``aoz/_speedups.pyx`` and
-  ``aoz/_hotpath.py``) and the omnm codec (``aoz/omnm/_fast.pyx`` and
+  receive drain, the sender and the publish entries: ``aoz/_mesh/_speedups.pyx`` and
+  ``aoz/_mesh/_hotpath.py``) and the omnm codec (``aoz/omnm/_fast.pyx`` and
   ``aoz/omnm/_codec.py``). `make test` runs them a second time with
   ``AOZ_PURE_PYTHON=1``; every other test runs the same Python code on either path
-  (``aoz/protocol/``, ``aoz/message.py`` and ``aoz/subscription.py`` are one source for
+  (``aoz/_protocol/``, ``aoz/_mesh/message.py`` and ``aoz/_mesh/subscription.py`` are one source for
   both; only what the data plane feeds them differs), so running it twice would measure
   nothing new.
 - ``spark``: every test using the ``spark`` or ``spark_cluster`` fixture
@@ -49,8 +49,9 @@ settings.register_profile("aoz", deadline=None)
 settings.load_profile("aoz")
 
 #: the directories whose tests all exercise the data plane's hot path (see above)
-# the data plane's twins (aoz/_hotpath.py, aoz/_speedups.pyx) and omnm's (aoz/omnm/_codec.py,
-# aoz/omnm/_fast.pyx) both switch with AOZ_PURE_PYTHON: tests of either run on both
+# the data plane's twins (aoz/_mesh/_hotpath.py, aoz/_mesh/_speedups.pyx) and omnm's
+# (aoz/omnm/_codec.py, aoz/omnm/_fast.pyx) both switch with AOZ_PURE_PYTHON: tests of
+# either run on both
 TWIN_DIRS = frozenset({"hotpath", "node", "delivery", "queues", "faults", "omnm"})
 
 

@@ -28,7 +28,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from aoz.discovery.driver import flush_naming, naming_context
+from aoz._discovery.driver import flush_naming, naming_context
 
 #: test directories (under tests/) whose tests run nodes and are checked
 CHECKED = frozenset(

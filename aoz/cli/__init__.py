@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from ..render import UNDECODABLE, message_text, message_to_dict
+from .._render import UNDECODABLE, message_text, message_to_dict
 
 __all__ = ["UNDECODABLE", "main", "message_text", "message_to_dict"]
 
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         import typer
     except ImportError as exc:
         if verb == "nsd":  # the daemon needs no extras
-            from ..discovery.nsd import main as nsd_main
+            from .._discovery.nsd import main as nsd_main
 
             rest = args[args.index("nsd") + 1 :]
             return nsd_main([*rest, "--log-level", level or default])

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 import anyio
 import typer
 
-from .._tasks import unwrap
+from .._mesh.tasks import unwrap
 from ..errors import AozError, WaitTimeout
 
 log = logging.getLogger("aoz.cli")
@@ -327,6 +327,6 @@ def flush_zmq() -> None:
     """Let the naming goodbye (``D``) leave before the process exits. A node's data
     sockets (a reply, the last publish) are flushed when the node closes: each node
     terminates its own context; the naming sockets share aoz's naming context."""
-    from ..discovery.driver import flush_naming
+    from .._discovery.driver import flush_naming
 
     flush_naming(FLUSH_LINGER_MS)

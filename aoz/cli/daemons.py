@@ -67,7 +67,7 @@ def nsd_keys(
         return {}
     if secret_file is None:
         raise c.UserError("--curve-allow needs --curve-secret-file (the mesh secret key)")
-    from ..security import read_key, read_keys
+    from .._mesh.security import read_key, read_keys
 
     keys = list(allow or [])
     for path in allow_files or ():
@@ -81,7 +81,7 @@ async def nsd(
     """Run a naming daemon until SIGINT/SIGTERM, logging joins and leaves at INFO."""
     import anyio
 
-    from ..discovery.nsd import NamingDaemon
+    from .._discovery.nsd import NamingDaemon
 
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with (
@@ -111,9 +111,9 @@ async def watch_mesh(endpoint: str, silent_after: float) -> None:
     import anyio
     import zmq
 
-    from .._errmap import mapped
-    from ..discovery.driver import naming_context
-    from ..protocol.naming import NamingType, decode_naming
+    from .._discovery.driver import naming_context
+    from .._mesh.errmap import mapped
+    from .._protocol.naming import NamingType, decode_naming
 
     log = logging.getLogger("aoz.nsd")
     seen: dict[str, tuple[str, float]] = {}  # uuid -> (description, last heard)
@@ -154,7 +154,7 @@ async def broker(host: str, pub_port: int, sub_port: int, heartbeat: float) -> i
     """Forward brokered-mode traffic until SIGINT/SIGTERM."""
     import anyio
 
-    from ..discovery.broker import Broker
+    from .._discovery.broker import Broker
 
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with Broker(
@@ -224,7 +224,7 @@ async def replay(
         raise c.UserError(
             f"aoz replay needs the recorder's extra: pip install 'aoz[record]' ({exc.name} missing)"
         ) from None
-    from ..protocol.subjects import compile_pattern
+    from .._protocol.subjects import compile_pattern
 
     first, last = _time_arg("--from", start, to_micros), _time_arg("--to", end, to_micros)
     for pattern in patterns:
@@ -365,7 +365,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write a new CURVE keypair to NAME.key and NAME.pub (mode 0600); prints the public key."""
         try:
-            from ..security import write_keypair  # type: ignore[attr-defined,unused-ignore]
+            from .._mesh.security import write_keypair  # type: ignore[attr-defined,unused-ignore]
         except ImportError:
             raise c.UserError(
                 "this aoz cannot write key files (aoz.security.write_keypair)"

@@ -11,10 +11,10 @@ import typer
 
 import aoz.cli._common as c
 
+from .._mesh.message import Message
+from .._protocol.codecs import Codec
+from .._render import OMNM, UNDECODABLE, headers_of, message_text, message_to_dict
 from ..errors import AozError, TransportError, WaitTimeout
-from ..message import Message
-from ..protocol.codecs import Codec
-from ..render import OMNM, UNDECODABLE, headers_of, message_text, message_to_dict
 from .templates import TemplateError, parse_duration, render
 
 BodyCodec = Literal["text", "raw", "json", "msgpack", "omnm"]

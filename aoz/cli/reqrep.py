@@ -8,11 +8,11 @@ import typer
 
 import aoz.cli._common as c
 
+from .._mesh.message import Message
+from .._protocol import codecs
+from .._protocol.codecs import Codec
+from .._render import OMNM, UNDECODABLE, message_text, message_to_dict
 from ..errors import DecodeError, EncodeError, NoResponders, RequestTimeout, ServiceError
-from ..message import Message
-from ..protocol import codecs
-from ..protocol.codecs import Codec
-from ..render import OMNM, UNDECODABLE, message_text, message_to_dict
 from .pubsub import (
     BodyCodec,
     HeaderOpt,

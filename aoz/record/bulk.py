@@ -26,8 +26,8 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
-from ..protocol.frames import decode_frame
-from ..protocol.subjects import MAX_SUBJECT
+from .._protocol.frames import decode_frame
+from .._protocol.subjects import MAX_SUBJECT
 from .schema import SEQ_HEAD, SEQ_MSGPACK, Column, assemble, build_tables, decoder
 
 __all__ = ["FrameBatch", "pack", "rows_of", "tables_from_frames"]
@@ -52,7 +52,7 @@ def pack(frames: Sequence[bytes], received: Sequence[float]) -> FrameBatch:
 
 def rows_of(batch: FrameBatch) -> list[tuple[str, float, bytes]]:
     """The ``(subject, received_at, payload)`` rows of ``batch`` (a request's payload
-    starts after its reply handle: :func:`aoz.protocol.frames.decode_frame`)."""
+    starts after its reply handle: :func:`aoz._protocol.frames.decode_frame`)."""
     out = []
     pos = 0
     blob = batch.blob

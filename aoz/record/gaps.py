@@ -1,6 +1,6 @@
 """Gaps in a recording: messages an aoz publisher sent that the recording lacks. Pure.
 
-An aoz publisher numbers its messages per subject from 1 (:mod:`aoz.protocol.sequence`)
+An aoz publisher numbers its messages per subject from 1 (:mod:`aoz._protocol.sequence`)
 and the recorder stores that number (``publisher_seq``) with the publisher id
 (``publisher``). Within one stream -- one (``subject``, ``publisher``) -- the numbers a
 recording holds should therefore follow each other; a jump is a gap (lost before the
@@ -34,7 +34,7 @@ from typing import Final
 
 import msgspec
 
-from ..protocol.sequence import gap
+from .._protocol.sequence import gap
 
 __all__ = ["Gap", "GapTracker", "StreamSummary"]
 

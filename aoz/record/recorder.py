@@ -10,7 +10,7 @@
 How it works. A consumer task per pattern takes messages from its subscription in
 batches (``batches()``) and appends their raw frames and receive times to an in-memory
 buffer; nothing is decoded on the event loop.
-The tasks live in a :class:`aoz._tasks.TaskOwner`, so a recorder opened in one task
+The tasks live in a :class:`aoz._mesh.tasks.TaskOwner`, so a recorder opened in one task
 can be closed in another. A flusher task swaps the buffer out every ``flush_rows`` rows
 or ``flush_interval`` seconds and, in a worker thread (:func:`anyio.to_thread.run_sync`),
 joins the frames into one buffer (:class:`aoz.record.bulk.FrameBatch`) and, in that
@@ -54,18 +54,18 @@ import anyio
 import anyio.abc
 import msgspec
 
-from .._tasks import TaskOwner
+from .._mesh.tasks import TaskOwner
+from .._protocol.builder import FrameBuilder
+from .._protocol.codecs import Codec
 from ..errors import AozError, ConfigError, UsageError, WaitTimeout
-from ..protocol.builder import FrameBuilder
-from ..protocol.codecs import Codec
 from .bulk import FrameBatch, pack, tables_from_frames
 from .files import dictionary_columns, partition_dir, write_atomically, write_parquet
 from .reading import with_summaries
 from .schema import Column, build_tables, columns_for
 
 if TYPE_CHECKING:
-    from ..node import Node
-    from ..subscription import Subscription
+    from .._mesh.node import Node
+    from .._mesh.subscription import Subscription
 
 __all__ = ["Recorder", "RecorderStatistics", "record_main", "resolve_types"]
 
@@ -565,7 +565,7 @@ async def record_main(
     """
     from contextlib import AsyncExitStack
 
-    from ..node import connect
+    from .._mesh.node import connect
 
     if progress is None:
         progress = sys.stderr.isatty()

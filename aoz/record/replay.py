@@ -36,14 +36,14 @@ from typing import TYPE_CHECKING
 import anyio
 import msgspec
 
+from .._protocol.codecs import Verbatim
+from .._protocol.subjects import compile_pattern
 from ..errors import ConfigError
-from ..protocol.codecs import Verbatim
-from ..protocol.subjects import compile_pattern
 from .offsets import Slice, by_recorder, earliest, latest, plan
 from .reading import Catalog, position_at_time, read_slice
 
 if TYPE_CHECKING:
-    from ..node import Node
+    from .._mesh.node import Node
 
 __all__ = ["ReplayStatistics", "due", "replay", "to_micros"]
 

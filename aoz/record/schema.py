@@ -18,7 +18,7 @@ column               Arrow type                    filled from
 ===================  ============================  ================================================
 
 An aoz publisher's payloads carry its publisher id and a per-subject sequence number
-(:mod:`aoz.protocol.sequence`): they fill ``publisher`` and ``publisher_seq``, so a gap in
+(:mod:`aoz._protocol.sequence`): they fill ``publisher`` and ``publisher_seq``, so a gap in
 ``publisher_seq`` within one (``subject``, ``publisher``) is a message the recording
 lacks (null for OZ programs' payloads). ``sender``, ``sequence`` and the send time are the
 application's own: the recorder takes them from the payload when it is a msgpack/JSON
@@ -60,10 +60,10 @@ from typing import Any, Final, Literal
 import msgspec
 
 from .. import omnm
+from .._protocol.headers import data_start, is_aoz_flagged
+from .._protocol.sequence import FLAG
+from .._protocol.sequence import PACK as SEQ_PACK
 from ..errors import DecodeError, UsageTypeError
-from ..protocol.headers import data_start, is_aoz_flagged
-from ..protocol.sequence import FLAG
-from ..protocol.sequence import PACK as SEQ_PACK
 
 __all__ = [
     "FIXED_COLUMNS",
@@ -321,7 +321,7 @@ class _Decoded:
 _DECODERS: dict[tuple[Column, ...], _Decoded] = {}
 _BYTES: Final = [bytes((i,)) for i in range(256)]
 SEQ_MSGPACK: Final = 0x01 | FLAG  # msgpack with a sequence header, no header block
-SEQ_HEAD: Final = 13  # its first byte, publisher id and number (aoz.protocol.sequence)
+SEQ_HEAD: Final = 13  # its first byte, publisher id and number (aoz._protocol.sequence)
 
 
 def decoder(decoded: tuple[Column, ...]) -> _Decoded:
@@ -505,7 +505,7 @@ def _per_row(
     # aoz's sequence header (see above): flagged codec byte, publisher id, sequence
     firsts = [p[0] if p else 0 for p in payloads]
     # where the body starts: after the flagged first byte, the sequence header and the
-    # header block (aoz.protocol.headers.data_start); 1 for unflagged or cut-short ones
+    # header block (aoz._protocol.headers.data_start); 1 for unflagged or cut-short ones
     starts = [
         max(data_start(p, 0), 1) if is_aoz_flagged(f) else 1
         for f, p in zip(firsts, payloads, strict=True)

@@ -28,7 +28,7 @@ import msgspec
 from ..errors import AozError
 
 if TYPE_CHECKING:
-    from ..message import Message
+    from .._mesh.message import Message
 
 __all__ = [
     "ENVELOPE_KEY",

@@ -19,9 +19,9 @@ Wire (ZeroMQ multipart, task DEALER -> sidecar ROUTER):
   ``index`` holds each row's subject number (uint16, little-endian), ``offsets`` the row
   boundaries in ``bodies`` (uint32, ``n + 1`` of them). The sidecar builds each aoz
   publish frame itself, from subjects it validated once per chunk
-  (:mod:`aoz.protocol.frames`), so bad input can never become a bad frame and nothing
+  (:mod:`aoz._protocol.frames`), so bad input can never become a bad frame and nothing
   is parsed per row. With ``pack`` > 1, each run of consecutive rows on one subject
-  goes out as packed frames of up to ``pack`` rows (:mod:`aoz.protocol.packed`: one
+  goes out as packed frames of up to ``pack`` rows (:mod:`aoz._protocol.packed`: one
   ZeroMQ frame, which the receiving aoz node unpacks into one message per row; a run
   of one row is a plain frame); the sink's tasks group a chunk's rows by subject, which
   the sidecar finds with a bisection per subject, so no Python runs per row. Reply
@@ -58,16 +58,16 @@ import msgspec
 import zmq
 import zmq.asyncio
 
-from .._errmap import mapped
-from .._tasks import TaskOwner
+from .._mesh.errmap import mapped
+from .._mesh.tasks import TaskOwner
+from .._protocol.codecs import AOZ_CODEC_IDS
+from .._protocol.frames import publish_header
+from .._protocol.packed import MAX_ROWS, pack_span
+from .._protocol.subjects import is_reserved, subject_bytes
 from ..errors import AozError, ConfigError, TransportError, WaitTimeout
-from ..protocol.codecs import AOZ_CODEC_IDS
-from ..protocol.frames import publish_header
-from ..protocol.packed import MAX_ROWS, pack_span
-from ..protocol.subjects import is_reserved, subject_bytes
 
 if TYPE_CHECKING:
-    from ..node import Node
+    from .._mesh.node import Node
 
 __all__ = [
     "DEFAULT_SIDECAR",
@@ -157,7 +157,7 @@ def chunk_frames(
         raise ChunkError(f"bad subject table: {exc}") from None
     codec, subjects, pack = t.codec, t.subjects, t.pack
     # only aoz's own codec ids (0..3): a payload's first byte must stay OZ-safe
-    # (aoz.protocol.sequence, "the OZ-safe first-byte rule")
+    # (aoz._protocol.sequence, "the OZ-safe first-byte rule")
     if not 0 <= codec < AOZ_CODEC_IDS or len(index_raw) % 2 or len(offsets_raw) % 4:
         raise ChunkError("bad codec, index or offsets")
     if not 1 <= pack <= MAX_ROWS:
@@ -409,7 +409,7 @@ def sink_sidecar(bind: str = "tcp://127.0.0.1:*", **settings: Any) -> Iterator[S
     """
     from anyio.from_thread import start_blocking_portal
 
-    from ..node import connect
+    from .._mesh.node import connect
 
     settings.setdefault("send_policy", "block")
     with (
@@ -436,7 +436,7 @@ async def run_sidecar(
     A signal stops it cleanly: the current chunk is finished or nacked, the node leaves
     the mesh.
     """
-    from ..node import connect
+    from .._mesh.node import connect
 
     settings.setdefault("send_policy", "block")
     async with connect(**settings) as node:

@@ -15,7 +15,7 @@ partitions over several sidecars, the first one carries commit notices), ``commi
 ``<subject or prefix>._COMMIT``), ``codec`` (``msgpack`` or ``json``), ``columns``
 (comma-separated subset to send), ``chunk_rows`` (10000), ``window`` (chunks in flight,
 4: up to 40,000 rows with the default chunks), ``rows_per_frame`` (1000: the most rows
-of one subject the sidecar packs into one ZeroMQ frame, :mod:`aoz.protocol.packed`; aoz
+of one subject the sidecar packs into one ZeroMQ frame, :mod:`aoz._protocol.packed`; aoz
 subscribers unpack them into one message per row; 1 sends a frame per row, for
 subscribers that are not aoz nodes) and
 ``timeout`` (seconds, default 10: how long a task or the driver waits for the sidecar
@@ -82,8 +82,8 @@ from typing import Any, Final, Literal
 import msgspec
 import zmq
 
-from .._errmap import mapped
 from .._extras import missing_extra
+from .._mesh.errmap import mapped
 
 try:
     from pyspark.sql.datasource import (
@@ -95,9 +95,9 @@ try:
 except ImportError as exc:
     raise missing_extra(exc, "spark", "aoz.spark.sink") from exc
 
+from .._protocol.codecs import Codec
+from .._protocol.packed import MAX_ROWS
 from ..errors import AozError, ConfigError, TransportError, WaitTimeout
-from ..protocol.codecs import Codec
-from ..protocol.packed import MAX_ROWS
 from .arrow_encode import buffers_of, encode_rows
 from .delivery import (
     ENVELOPE_KEY,

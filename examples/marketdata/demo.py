@@ -389,8 +389,7 @@ async def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from aoz.discovery.nsd import NamingDaemon
-    from aoz.node import connect
+    from aoz import NamingDaemon, connect
     from aoz.record import Recorder
     from aoz.spark.sidecar import SinkSidecar
 

@@ -29,7 +29,7 @@ import anyio
 import msgspec
 
 if TYPE_CHECKING:
-    from aoz.node import Node
+    from aoz import Node
 
 __all__ = [
     "DEFAULT_SYMBOLS",

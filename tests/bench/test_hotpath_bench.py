@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_hotpath_benchmark_compares_both_paths() -> None:
-    pytest.importorskip("aoz._speedups", reason="the compiled hot path is not built")
+    pytest.importorskip("aoz._mesh._speedups", reason="the compiled hot path is not built")
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.hotpath", "--rounds", "1", "--n", "2000"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,

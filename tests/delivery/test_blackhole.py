@@ -92,7 +92,7 @@ async def test_blackhole_loss_is_exact_and_fresh_data_follows_the_heal(netns: st
 def nsd_in(ns: str, port: int) -> Iterator[str]:
     """An nsd in the namespace ``ns`` (its own process); yields its XPUB endpoint."""
     popen = subprocess.Popen(
-        ["ip", "netns", "exec", ns, sys.executable, "-m", "aoz.discovery.nsd", "--port",
+        ["ip", "netns", "exec", ns, sys.executable, "-m", "aoz._discovery.nsd", "--port",
          str(port), "--log-level", "WARNING"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
     )

@@ -162,7 +162,7 @@ async def test_a_churning_subscriber_with_thousands_of_filters_never_aborts_libz
 
 
 async def test_frozen_peer_is_expired_and_not_reported_up_while_frozen() -> None:
-    from aoz.discovery.nsd import NamingDaemon
+    from aoz._discovery.nsd import NamingDaemon
 
     async with NamingDaemon(port=0) as nsd, aoz.connect(naming=[nsd.endpoint], **FAST) as node:
         events = node.peer_events(links=True)
@@ -192,7 +192,7 @@ async def test_frozen_peer_is_expired_and_not_reported_up_while_frozen() -> None
 
 
 async def test_churn_leaves_the_tables_at_their_baseline() -> None:
-    from aoz.discovery.nsd import NamingDaemon
+    from aoz._discovery.nsd import NamingDaemon
 
     async with NamingDaemon(port=0) as nsd, aoz.connect(naming=[nsd.endpoint], **FAST) as node:
         links = node._plane.links

@@ -17,8 +17,8 @@ import zmq
 import zmq.asyncio
 
 import aoz
-from aoz.protocol import heartbeat as hb
-from aoz.protocol.sequence import encode_header
+from aoz._protocol import heartbeat as hb
+from aoz._protocol.sequence import encode_header
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,9 +14,9 @@ import anyio
 import pytest
 
 import aoz
-import aoz.node
-from aoz.discovery.nsd import NamingDaemon
-from aoz.discovery.peers import PeerEventStream
+import aoz._mesh.node
+from aoz._discovery.nsd import NamingDaemon
+from aoz._discovery.peers import PeerEventStream
 
 from .harness import role
 
@@ -38,7 +38,7 @@ async def _kinds_until(events: PeerEventStream, uuid: str, done: set[str],
 
 @pytest.fixture
 def no_poll(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(aoz.node, "_HOUSEKEEPING", 3600.0)
+    monkeypatch.setattr(aoz._mesh.node, "_HOUSEKEEPING", 3600.0)
 
 
 @pytest.mark.usefixtures("no_poll")

@@ -23,9 +23,9 @@ import zmq
 import zmq.asyncio
 
 import aoz
+from aoz._protocol.frames import encode_publish
+from aoz._protocol.sequence import encode_header
 from aoz.config import Overflow
-from aoz.protocol.frames import encode_publish
-from aoz.protocol.sequence import encode_header
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aoz
-from aoz.protocol.sequence import (
+from aoz._protocol.sequence import (
     HEADER_LEN,
     SequenceTracker,
     encode_header,
@@ -108,7 +108,7 @@ async def test_gaps_are_counted_exactly_and_marked_on_the_next_message() -> None
 
 def test_an_unsent_frame_gives_its_number_back() -> None:
     """publish_nowait on a full blocking node rewinds, so a retry is not a false gap."""
-    from aoz.protocol.builder import FrameBuilder
+    from aoz._protocol.builder import FrameBuilder
 
     fb = FrameBuilder(aoz.Codec.MSGPACK, publisher=5)
     frame = fb.publish("S", b"x")

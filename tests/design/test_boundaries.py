@@ -33,15 +33,15 @@ ALLOWED_PRIVATE: dict[str, str] = {
 # Modules that import zmq: the rooms that own sockets, plus the error map and the
 # socket-option policy (which sets options on sockets it is handed).
 ZMQ_MODULES = {
-    "aoz._errmap": "maps ZMQError to aoz errors (owns no socket)",
-    "aoz.sockopts": "sets options on sockets it is handed; HandshakeGuard reconnects",
-    "aoz.security": "CURVE keys (zmq.curve_*), the nsd's ZAP thread socket",
-    "aoz.dataplane": "the node's data sockets",
-    "aoz.peerlinks": "connects/disconnects the data SUB, reads its monitor",
-    "aoz._hotpath": "the pure hot path: recv/send on the data sockets",
-    "aoz.discovery.driver": "the naming SUB/PUB and their monitors",
-    "aoz.discovery.broker": "the broker's XSUB/XPUB and the proxy thread",
-    "aoz.discovery.nsd": "the nsd's XSUB/XPUB",
+    "aoz._mesh.errmap": "maps ZMQError to aoz errors (owns no socket)",
+    "aoz._mesh.sockopts": "sets options on sockets it is handed; HandshakeGuard reconnects",
+    "aoz._mesh.security": "CURVE keys (zmq.curve_*), the nsd's ZAP thread socket",
+    "aoz._mesh.dataplane": "the node's data sockets",
+    "aoz._mesh.peerlinks": "connects/disconnects the data SUB, reads its monitor",
+    "aoz._mesh._hotpath": "the pure hot path: recv/send on the data sockets",
+    "aoz._discovery.driver": "the naming SUB/PUB and their monitors",
+    "aoz._discovery.broker": "the broker's XSUB/XPUB and the proxy thread",
+    "aoz._discovery.nsd": "the nsd's XSUB/XPUB",
     "aoz.spark.sink": "a Spark task's DEALER to its sidecar",
     "aoz.spark.sidecar": "the sidecar's ROUTER",
     "aoz.cli.daemons": "aoz nsd's mesh watcher SUB",
@@ -173,15 +173,15 @@ def test_the_listed_modules_exist() -> None:
     assert set(ZMQ_MODULES) <= known
 
 
-# The calls that hand a ZMQError to aoz._errmap (outside it, nothing else may catch one).
+# The calls that hand a ZMQError to aoz._mesh.errmap (outside it, nothing else may catch one).
 _MAP_CALLS = {"drain_error", "translate", "socket_error"}
 
 
 def zmq_handlers_off_the_map() -> list[str]:
-    """``except zmq.ZMQError`` clauses that do not hand the error to ``aoz._errmap``."""
+    """``except zmq.ZMQError`` clauses that do not hand the error to ``aoz._mesh.errmap``."""
     out: list[str] = []
     for module, tree in _modules():
-        if module == "aoz._errmap":
+        if module == "aoz._mesh.errmap":
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("suppress") \
@@ -205,4 +205,4 @@ def test_zmq_errors_are_handled_one_way() -> None:
     """Outside the error map, a ZMQError is caught only to hand it to the map (the
     readers' drains, the hot path's send); elsewhere `with mapped(...)`/`tolerated(...)`."""
     off = zmq_handlers_off_the_map()
-    assert not off, "ZMQError handled outside aoz._errmap:\n" + "\n".join(off)
+    assert not off, "ZMQError handled outside aoz._mesh.errmap:\n" + "\n".join(off)

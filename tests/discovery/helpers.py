@@ -44,8 +44,8 @@ def child(args: list[str]) -> Iterator[subprocess.Popen[str]]:
 
 @asynccontextmanager
 async def nsd_process(port: int) -> AsyncIterator[subprocess.Popen[str]]:
-    """``python -m aoz.discovery.nsd --port N``, returned once it printed its ready line."""
-    with child(["-m", "aoz.discovery.nsd", "--port", str(port), "--log-level", "WARNING"]) as p:
+    """``python -m aoz._discovery.nsd --port N``, returned once it printed its ready line."""
+    with child(["-m", "aoz._discovery.nsd", "--port", str(port), "--log-level", "WARNING"]) as p:
         assert p.stderr is not None
         line = await readline(p.stderr)
         assert "ready" in line, line
@@ -61,7 +61,7 @@ def kill(proc: subprocess.Popen[str]) -> None:
 
 
 def naming_frame(kind: bytes, uuid: str, endpoint: str, program: bytes = b"rawpeer") -> bytes:
-    """A naming frame built from SPEC §3 alone (not with aoz.protocol.naming)."""
+    """A naming frame built from SPEC §3 alone (not with aoz._protocol.naming)."""
     return (
         b"_NAMING".ljust(257, b"\0")
         + kind

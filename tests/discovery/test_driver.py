@@ -9,10 +9,10 @@ from collections.abc import Callable
 import anyio
 import pytest
 
+from aoz._discovery.driver import NamingDriver
+from aoz._discovery.nsd import NamingDaemon
+from aoz._discovery.peers import PeerEvent
 from aoz.config import Settings
-from aoz.discovery.driver import NamingDriver
-from aoz.discovery.nsd import NamingDaemon
-from aoz.discovery.peers import PeerEvent
 from aoz.errors import NamingTimeout
 
 from ..ports import free_port

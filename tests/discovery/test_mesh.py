@@ -11,8 +11,8 @@ import pytest
 import zmq
 
 import aoz
-from aoz.discovery.nsd import NamingDaemon
-from aoz.protocol.sequence import HEADER_LEN, parse_header
+from aoz._discovery.nsd import NamingDaemon
+from aoz._protocol.sequence import HEADER_LEN, parse_header
 
 from ..ports import free_port
 from .helpers import (

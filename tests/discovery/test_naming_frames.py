@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aoz.errors import DecodeError, EncodeError
-from aoz.protocol.naming import (
+from aoz._protocol.naming import (
     BEACON_SIZE,
     FRAME_SIZE,
     NamingFrame,
@@ -21,6 +20,7 @@ from aoz.protocol.naming import (
     is_tcp_endpoint,
     is_uuid,
 )
+from aoz.errors import DecodeError, EncodeError
 
 UUID = "3669840e-d043-11ea-adc2-fcaa146e6b01"
 EP = "tcp://127.0.0.1:44928"

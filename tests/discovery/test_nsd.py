@@ -12,8 +12,8 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from aoz.discovery.broker import Broker
-from aoz.discovery.nsd import NamingDaemon
+from aoz._discovery.broker import Broker
+from aoz._discovery.nsd import NamingDaemon
 from aoz.errors import ClosedError, TransportError
 
 from .helpers import child, naming_frame, readline
@@ -107,7 +107,7 @@ async def test_port_in_use_and_restart_errors() -> None:
 
 
 async def test_main_prints_ready_and_exits_cleanly_on_sigterm() -> None:
-    with child(["-m", "aoz.discovery.nsd", "--port", "0"]) as proc:
+    with child(["-m", "aoz._discovery.nsd", "--port", "0"]) as proc:
         assert proc.stderr is not None
         line = await readline(proc.stderr)
         assert "aoz nsd ready xpub=tcp://127.0.0.1:" in line and "xsub=tcp://" in line

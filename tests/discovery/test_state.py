@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from aoz.discovery.state import (
+from aoz._discovery.state import (
     Action,
     ConnectData,
     ConnectNamingPub,
@@ -24,7 +24,7 @@ from aoz.discovery.state import (
     Ready,
     SendNaming,
 )
-from aoz.protocol.naming import NamingFrame, NamingType, is_tcp_endpoint
+from aoz._protocol.naming import NamingFrame, NamingType, is_tcp_endpoint
 
 C, BEACON, D, W = NamingType.CONNECT, NamingType.BEACON, NamingType.DISCONNECT, NamingType.WELCOME
 XSUB = "tcp://127.0.0.1:6000"

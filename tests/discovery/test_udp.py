@@ -10,9 +10,9 @@ import anyio
 import pytest
 
 import aoz
-from aoz.discovery.udp import decode_datagram
+from aoz._discovery.udp import decode_datagram
+from aoz._protocol.naming import NamingFrame, NamingType, encode_beacon
 from aoz.errors import DecodeError
-from aoz.protocol.naming import NamingFrame, NamingType, encode_beacon
 
 from ..ports import free_udp_port
 

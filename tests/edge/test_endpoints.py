@@ -1,11 +1,10 @@
-"""aoz.endpoints: parsing and validation of tcp/ipc addresses, the bind address, the OZ rule."""
+"""aoz._mesh.endpoints: parsing and checking tcp/ipc addresses, the bind address, the OZ rule."""
 
 from __future__ import annotations
 
 import pytest
 
-from aoz.config import Settings
-from aoz.endpoints import (
+from aoz._mesh.endpoints import (
     IPC_PATH_MAX,
     Endpoint,
     bind_endpoint,
@@ -18,6 +17,7 @@ from aoz.endpoints import (
     is_oz_endpoint,
     parse_endpoint,
 )
+from aoz.config import Settings
 from aoz.errors import ConfigError, UsageError
 
 UUID = "3669840e-d043-11ea-adc2-fcaa146e6b01"

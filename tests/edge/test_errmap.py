@@ -1,4 +1,4 @@
-"""The one ZeroMQ error map (aoz._errmap): which aoz error, and a message that helps."""
+"""The one ZeroMQ error map (aoz._mesh.errmap): which aoz error, and a message that helps."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 import pytest
 import zmq
 
-from aoz._errmap import mapped, tolerated, translate
+from aoz._mesh.errmap import mapped, tolerated, translate
 from aoz.errors import AozError, ClosedError, ConfigError, TransportError
 
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import zmq
 
+from aoz._mesh.sockopts import HANDSHAKE_FAILED, Backoff, HandshakeGuard
 from aoz.config import Settings
-from aoz.sockopts import HANDSHAKE_FAILED, Backoff, HandshakeGuard
 
 EP, OTHER = "tcp://127.0.0.1:1", "tcp://127.0.0.1:2"
 FAILED = next(iter(HANDSHAKE_FAILED))

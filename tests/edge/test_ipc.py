@@ -12,8 +12,8 @@ import anyio
 import pytest
 
 import aoz
-from aoz.discovery.broker import Broker
-from aoz.discovery.nsd import NamingDaemon
+from aoz._discovery.broker import Broker
+from aoz._discovery.nsd import NamingDaemon
 
 from ..ports import free_udp_port
 

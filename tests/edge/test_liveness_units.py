@@ -1,5 +1,5 @@
-"""The link rooms as units (issue #19): aoz.liveness.PeerLinks (both halves of a link,
-the events it pushes) and aoz.peerlinks.PeerLinkTable (our SUB's side, from monitor
+"""The link rooms as units (issue #19): aoz._mesh.liveness.PeerLinks (both halves of a link,
+the events it pushes) and aoz._mesh.peerlinks.PeerLinkTable (our SUB's side, from monitor
 events), with stand-ins for the sockets and the data plane."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from typing import Any
 
 import zmq
 
+from aoz._discovery.peers import Peer, PeerEvent, PeerEventHub
+from aoz._mesh.interest import InterestSet
+from aoz._mesh.liveness import PeerLinks
+from aoz._mesh.peerlinks import PeerLinkTable
+from aoz._protocol.frames import inbox_subject
 from aoz.config import Settings
-from aoz.discovery.peers import Peer, PeerEvent, PeerEventHub
-from aoz.interest import InterestSet
-from aoz.liveness import PeerLinks
-from aoz.peerlinks import PeerLinkTable
-from aoz.protocol.frames import inbox_subject
 
 ME = "00000000-0000-4000-8000-000000000000"
 PEER = Peer(uuid="3669840e-d043-11ea-adc2-fcaa146e6b01", program="p", host="h", pid=1,

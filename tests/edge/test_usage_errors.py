@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 import aoz
-from aoz._tasks import TaskOwner
+from aoz._mesh.services import Service
+from aoz._mesh.tasks import TaskOwner
 from aoz.errors import ConfigError, SubjectError, UsageError, UsageTypeError
 from aoz.omnm import Time
 from aoz.record.schema import columns_for
-from aoz.services import Service
 
 
 def test_the_tree() -> None:

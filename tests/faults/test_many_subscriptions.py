@@ -18,8 +18,8 @@ import anyio
 import pytest
 
 import aoz
-from aoz.discovery.nsd import NamingDaemon
-from aoz.protocol.frames import inbox_subject
+from aoz._discovery.nsd import NamingDaemon
+from aoz._protocol.frames import inbox_subject
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 

@@ -24,7 +24,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 import aoz
-from aoz.discovery.nsd import NamingDaemon
+from aoz._discovery.nsd import NamingDaemon
 
 from ..delivery.harness import role
 from ..hostile.helpers import eventually

@@ -24,8 +24,8 @@ import zmq
 import zmq.asyncio
 
 import aoz
-from aoz.protocol.builder import FrameBuilder
-from aoz.protocol.sequence import SequenceTracker, encode_header, parse_header
+from aoz._protocol.builder import FrameBuilder
+from aoz._protocol.sequence import SequenceTracker, encode_header, parse_header
 
 from ..delivery.harness import ROOT, Role
 

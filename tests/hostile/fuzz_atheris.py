@@ -13,12 +13,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from aoz.discovery.udp import decode_datagram
+from aoz._discovery.udp import decode_datagram
+from aoz._protocol.codecs import decode_payload, split_payload
+from aoz._protocol.frames import decode_frame, parse_handle
+from aoz._protocol.inbox import InboxTable
+from aoz._protocol.naming import decode_beacon, decode_naming
 from aoz.errors import AozError
-from aoz.protocol.codecs import decode_payload, split_payload
-from aoz.protocol.frames import decode_frame, parse_handle
-from aoz.protocol.inbox import InboxTable
-from aoz.protocol.naming import decode_beacon, decode_naming
 
 _TABLE: InboxTable[object] = InboxTable("3669840e-d043-11ea-adc2-fcaa146e6b01")
 

@@ -10,7 +10,7 @@ import anyio
 import zmq
 import zmq.asyncio
 
-from aoz.protocol.naming import NamingFrame, NamingType, encode_naming
+from aoz._protocol.naming import NamingFrame, NamingType, encode_naming
 
 
 def forged(kind: NamingType, uuid: str, endpoint: str) -> bytes:

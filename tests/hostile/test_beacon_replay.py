@@ -5,7 +5,7 @@ key) records a peer's beacon and replays it after the peer was SIGKILLed. Before
 fix the beacons kept refreshing the peer, so it stayed in every peer table for ever
 although its data link was down. Now the link is the evidence: the peer is expired
 within the documented bound (``expire_window`` after its link was last up, plus the
-link check, aoz/discovery/state.py) and the replayed beacons only probe its link.
+link check, aoz/_discovery/state.py) and the replayed beacons only probe its link.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 import aoz
-from aoz.discovery.nsd import NamingDaemon
+from aoz._discovery.nsd import NamingDaemon
 
 from ..delivery.harness import role
 from .helpers import eventually, naming_attacker
@@ -76,7 +76,7 @@ async def test_replayed_beacons_do_not_keep_a_killed_peer() -> None:
 
 def _beacon_of(node: aoz.Node, uuid: str) -> bytes:
     """The peer's beacon as it was on the wire (built from what it announced)."""
-    from aoz.protocol.naming import NamingFrame, NamingType, encode_naming
+    from aoz._protocol.naming import NamingFrame, NamingType, encode_naming
 
     p = next(p for p in node.peers if p.uuid == uuid)
     return encode_naming(NamingFrame(NamingType.BEACON, p.program, p.host, p.pid, p.uuid,

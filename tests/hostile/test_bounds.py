@@ -12,9 +12,9 @@ import zmq.asyncio
 from zmq.utils.monitor import recv_monitor_message
 
 import aoz
+from aoz._mesh.sockopts import HANDSHAKE_FAILED, SUBSCRIPTION_MAX, Backoff
 from aoz.config import Settings
 from aoz.security import keypair
-from aoz.sockopts import HANDSHAKE_FAILED, SUBSCRIPTION_MAX, Backoff
 
 
 def test_backoff_schedule_allows_at_most_five_tries_a_minute() -> None:
@@ -113,7 +113,7 @@ def test_settings_bound_sizes_and_handshakes() -> None:
     s = Settings()
     assert s.max_message_size == 64 * 1024 * 1024 and s.handshake_timeout == 5.0
     ctx = zmq.Context.instance()
-    from aoz.sockopts import apply_data_options
+    from aoz._mesh.sockopts import apply_data_options
 
     pub, sub = ctx.socket(zmq.XPUB), ctx.socket(zmq.SUB)
     try:

@@ -17,11 +17,11 @@ from zmq.utils.monitor import recv_monitor_message
 
 import aoz
 import aoz.cli
-from aoz.discovery.nsd import NamingDaemon
+from aoz._discovery.nsd import NamingDaemon
+from aoz._mesh.sockopts import HANDSHAKE_FAILED
+from aoz._protocol.naming import NamingType
 from aoz.errors import ConfigError
-from aoz.protocol.naming import NamingType
 from aoz.security import keypair, public_key, read_key, write_keypair
-from aoz.sockopts import HANDSHAKE_FAILED
 
 from .helpers import forged, naming_attacker, new_uuid
 
@@ -159,7 +159,7 @@ def test_keygen_writes_0600_files_and_never_prints_the_secret(
 def test_nsd_command_line_takes_the_keys(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from aoz.discovery.nsd import main as nsd_main
+    from aoz._discovery.nsd import main as nsd_main
 
     write_keypair(tmp_path / "mesh")
     (tmp_path / "allow.txt").write_text("# nodes\nnot a key\n")

@@ -15,12 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aoz.discovery.udp import decode_datagram
-from aoz.errors import AozError
-from aoz.protocol.codecs import MAX_DEPTH, Codec, decode_payload, split_payload
-from aoz.protocol.frames import decode_frame, encode_request, make_handle, parse_handle
-from aoz.protocol.inbox import InboxTable
-from aoz.protocol.naming import (
+from aoz._discovery.udp import decode_datagram
+from aoz._protocol.codecs import MAX_DEPTH, Codec, decode_payload, split_payload
+from aoz._protocol.frames import decode_frame, encode_request, make_handle, parse_handle
+from aoz._protocol.inbox import InboxTable
+from aoz._protocol.naming import (
     BEACON_SIZE,
     FRAME_SIZE,
     NamingFrame,
@@ -30,6 +29,7 @@ from aoz.protocol.naming import (
     encode_beacon,
     encode_naming,
 )
+from aoz.errors import AozError
 
 FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 UUID = "3669840e-d043-11ea-adc2-fcaa146e6b01"

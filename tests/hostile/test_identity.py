@@ -16,19 +16,19 @@ import zmq
 import zmq.asyncio
 
 import aoz
-from aoz.discovery.nsd import NamingDaemon
-from aoz.errors import ConfigError
-from aoz.identity import (
+from aoz._discovery.nsd import NamingDaemon
+from aoz._mesh.identity import (
     IdentityTable,
     Permissions,
     SubscribeGate,
     identity_publisher,
     identity_uuid,
 )
-from aoz.protocol import heartbeat
-from aoz.protocol.frames import encode_publish, encode_request, is_uuid, make_handle
-from aoz.protocol.naming import NamingFrame, NamingType, encode_beacon
-from aoz.protocol.sequence import encode_header
+from aoz._protocol import heartbeat
+from aoz._protocol.frames import encode_publish, encode_request, is_uuid, make_handle
+from aoz._protocol.naming import NamingFrame, NamingType, encode_beacon
+from aoz._protocol.sequence import encode_header
+from aoz.errors import ConfigError
 from aoz.security import keypair
 from tests.ports import free_udp_port
 
@@ -344,7 +344,7 @@ async def test_a_request_cannot_name_another_nodes_inbox() -> None:
 
 
 def test_the_nsd_needs_keys_to_check_identities(capsys: pytest.CaptureFixture[str]) -> None:
-    from aoz.discovery.nsd import main
+    from aoz._discovery.nsd import main
 
     assert main(["--port", "0", "--curve-identity"]) == 1
     assert "needs a secured nsd" in capsys.readouterr().err

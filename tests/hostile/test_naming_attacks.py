@@ -17,8 +17,8 @@ import zmq
 import zmq.asyncio
 
 import aoz
-from aoz.discovery.nsd import NamingDaemon
-from aoz.protocol.naming import NamingType
+from aoz._discovery.nsd import NamingDaemon
+from aoz._protocol.naming import NamingType
 
 from .helpers import eventually, forged, naming_attacker, new_uuid
 

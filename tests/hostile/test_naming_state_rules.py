@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid as uuidlib
 
-from aoz.discovery.state import (
+from aoz._discovery.state import (
     ConnectNamingPub,
     DisconnectData,
     DropNamingConnection,
@@ -15,7 +15,7 @@ from aoz.discovery.state import (
     Ready,
     SendNaming,
 )
-from aoz.protocol.naming import NamingFrame, NamingType
+from aoz._protocol.naming import NamingFrame, NamingType
 
 C, BEACON, D, W = NamingType.CONNECT, NamingType.BEACON, NamingType.DISCONNECT, NamingType.WELCOME
 XSUB = "tcp://127.0.0.1:6000"

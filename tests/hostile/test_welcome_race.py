@@ -20,8 +20,8 @@ import zmq
 import zmq.asyncio
 
 import aoz
-from aoz.discovery.nsd import NamingDaemon
-from aoz.protocol.naming import NamingType
+from aoz._discovery.nsd import NamingDaemon
+from aoz._protocol.naming import NamingType
 
 from ..ports import free_port
 from .helpers import eventually, forged, naming_attacker

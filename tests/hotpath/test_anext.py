@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from aoz import hotpath
-from aoz.message import Message, data_start
-from aoz.protocol.frames import Kind, encode_publish
-from aoz.protocol.subjects import compile_pattern
-from aoz.subscription import Subscription
+from aoz._mesh import hotpath
+from aoz._mesh.message import Message, data_start
+from aoz._mesh.subscription import Subscription
+from aoz._protocol.frames import Kind, encode_publish
+from aoz._protocol.subjects import compile_pattern
 
 
 def msg(i: int) -> Message:

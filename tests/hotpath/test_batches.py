@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aoz
-from aoz.message import Message, WeakResponder
-from aoz.protocol.frames import Kind
-from aoz.subscription import Mailbox
+from aoz._mesh.message import Message, WeakResponder
+from aoz._mesh.subscription import Mailbox
+from aoz._protocol.frames import Kind
 
 ANY = "tcp://127.0.0.1:*"
 

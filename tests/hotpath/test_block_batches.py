@@ -9,15 +9,15 @@ from typing import Any
 
 import zmq
 
-from aoz.hotpath import drain_sub
-from aoz.message import Message, data_start
-from aoz.protocol.frames import Kind, encode_publish
-from aoz.protocol.packed import pack_rows
-from aoz.protocol.sequence import encode_header
-from aoz.protocol.subjects import compile_pattern
-from aoz.receive import Receiver
-from aoz.routing import RoutingTable
-from aoz.subscription import Subscription
+from aoz._mesh.hotpath import drain_sub
+from aoz._mesh.message import Message, data_start
+from aoz._mesh.receive import Receiver
+from aoz._mesh.routing import RoutingTable
+from aoz._mesh.subscription import Subscription
+from aoz._protocol.frames import Kind, encode_publish
+from aoz._protocol.packed import pack_rows
+from aoz._protocol.sequence import encode_header
+from aoz._protocol.subjects import compile_pattern
 
 
 class Feed:

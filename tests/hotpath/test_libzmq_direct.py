@@ -13,24 +13,24 @@ from typing import Any
 import pytest
 import zmq
 
-from aoz._hotpath import Sender as _SenderPy
-from aoz._hotpath import drain_sub as _drain_sub_py
+from aoz._mesh._hotpath import Sender as _SenderPy
+from aoz._mesh._hotpath import drain_sub as _drain_sub_py
+from aoz._mesh.receive import Receiver
+from aoz._mesh.routing import RoutingTable
+from aoz._mesh.subscription import Subscription
+from aoz._protocol.builder import FrameBuilder
+from aoz._protocol.codecs import Codec
+from aoz._protocol.frames import encode_publish, encode_request, make_handle
+from aoz._protocol.sequence import encode_header
+from aoz._protocol.subjects import compile_pattern
 from aoz.errors import WouldBlock
-from aoz.protocol.builder import FrameBuilder
-from aoz.protocol.codecs import Codec
-from aoz.protocol.frames import encode_publish, encode_request, make_handle
-from aoz.protocol.sequence import encode_header
-from aoz.protocol.subjects import compile_pattern
-from aoz.receive import Receiver
-from aoz.routing import RoutingTable
-from aoz.subscription import Subscription
 
 try:
-    from aoz import _speedups
+    from aoz._mesh import _speedups
 except ImportError:  # pragma: no cover - the build could not compile it
     _speedups = None  # type: ignore[assignment]
 
-compiled = pytest.mark.skipif(_speedups is None, reason="aoz._speedups is not built")
+compiled = pytest.mark.skipif(_speedups is None, reason="aoz._mesh._speedups is not built")
 
 
 class Pair:
@@ -68,7 +68,7 @@ class ThroughPyzmq:
 
 def test_the_compiled_path_says_how_it_calls_libzmq() -> None:
     if _speedups is None:
-        pytest.skip("aoz._speedups is not built")
+        pytest.skip("aoz._mesh._speedups is not built")
     assert isinstance(_speedups.LIBZMQ_DIRECT, bool)
     # where pyzmq's Cython backend and dlopen are there (this machine, CI), it is found
     if sys.platform.startswith("linux") and zmq.backend.__name__.endswith("cython"):
@@ -80,7 +80,7 @@ def test_with_direct_calls_turned_off_a_node_works_through_pyzmq() -> None:
     code = """
 import asyncio
 import aoz
-from aoz import _speedups
+from aoz._mesh import _speedups
 assert not _speedups.LIBZMQ_DIRECT and _speedups.LIBZMQ_FALLBACK == "AOZ_LIBZMQ_DIRECT=0"
 async def main():
     async with aoz.connect(bind=["tcp://127.0.0.1:*"], send_policy="block") as node:
@@ -94,7 +94,7 @@ asyncio.run(main())
 print("ok")
 """
     if _speedups is None:
-        pytest.skip("aoz._speedups is not built")
+        pytest.skip("aoz._mesh._speedups is not built")
     env = {**os.environ, "AOZ_LIBZMQ_DIRECT": "0"}
     env.pop("AOZ_PURE_PYTHON", None)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -192,7 +192,7 @@ def test_a_refused_publish_leaves_its_frame_numbered_on_both_twins() -> None:
 
 
 def test_the_selected_twin_sends_and_counts_on_a_real_socket() -> None:
-    from aoz.hotpath import Sender
+    from aoz._mesh.hotpath import Sender
 
     pair = Pair()
     try:

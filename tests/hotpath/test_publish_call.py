@@ -14,8 +14,8 @@ import anyio
 import pytest
 
 import aoz
-from aoz import hotpath
-from aoz.node import Node
+from aoz._mesh import hotpath
+from aoz._mesh.node import Node
 
 pytestmark = pytest.mark.timeout(30)
 

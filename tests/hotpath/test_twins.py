@@ -1,4 +1,4 @@
-"""The compiled hot path (aoz/_speedups.pyx) and its pure-Python twin in aoz/_hotpath.py
+"""The compiled hot path (aoz/_mesh/_speedups.pyx) and its pure-Python twin in aoz/_mesh/_hotpath.py
 behave the same: the same frames leave the same messages, counters and calls behind,
 and the same publish calls put the same bytes on the wire.
 
@@ -19,27 +19,27 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aoz import _hotpath, hotpath
-from aoz._hotpath import Sender as _SenderPy
-from aoz._hotpath import drain_sub as _drain_sub_py
+from aoz._mesh import _hotpath, hotpath
+from aoz._mesh._hotpath import Sender as _SenderPy
+from aoz._mesh._hotpath import drain_sub as _drain_sub_py
+from aoz._mesh.receive import Receiver
+from aoz._mesh.routing import RoutingTable
+from aoz._mesh.subscription import Subscription
+from aoz._protocol.builder import FrameBuilder
+from aoz._protocol.codecs import Codec, Verbatim
+from aoz._protocol.frames import encode_publish, encode_reply, make_handle
+from aoz._protocol.headers import encode_block
+from aoz._protocol.sequence import encode_header
+from aoz._protocol.subjects import compile_pattern
 from aoz.config import Overflow
 from aoz.errors import EncodeError, SubjectError, WouldBlock
-from aoz.protocol.builder import FrameBuilder
-from aoz.protocol.codecs import Codec, Verbatim
-from aoz.protocol.frames import encode_publish, encode_reply, make_handle
-from aoz.protocol.headers import encode_block
-from aoz.protocol.sequence import encode_header
-from aoz.protocol.subjects import compile_pattern
-from aoz.receive import Receiver
-from aoz.routing import RoutingTable
-from aoz.subscription import Subscription
 
 try:
-    from aoz import _speedups
+    from aoz._mesh import _speedups
 except ImportError:  # pragma: no cover - the build could not compile it
     _speedups = None  # type: ignore[assignment]
 
-compiled = pytest.mark.skipif(_speedups is None, reason="aoz._speedups is not built")
+compiled = pytest.mark.skipif(_speedups is None, reason="aoz._mesh._speedups is not built")
 
 NODE = str(uuid.uuid4())
 HANDLE = make_handle(NODE, 7)
@@ -53,7 +53,7 @@ def test_the_compiled_hot_path_is_built_where_it_can_be() -> None:
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler on this machine: the pure-Python path is expected")
     pytest.importorskip("Cython", reason="Cython is not installed")
-    assert _speedups is not None, "aoz._speedups was not built; run `pip install -e .`"
+    assert _speedups is not None, "aoz._mesh._speedups was not built; run `pip install -e .`"
     assert _speedups.ABI == _hotpath.ABI and _speedups.CONSTANTS == _hotpath.CONSTANTS
     pure = os.environ.get("AOZ_PURE_PYTHON", "") not in ("", "0")
     assert ("python" if pure else "compiled") == hotpath.HOT_PATH
@@ -365,7 +365,7 @@ def test_without_the_extension_the_pure_path_runs_by_itself() -> None:
 
     code = """
 import asyncio, sys
-sys.modules["aoz._speedups"] = None  # as if the build had produced no extension
+sys.modules["aoz._mesh._speedups"] = None  # as if the build had produced no extension
 import aoz
 assert aoz.hot_path() == "python", aoz.hot_path()
 async def main():
@@ -595,7 +595,7 @@ JUNK_SUBJECTS = [
 
 def run_inbox(inbox_type: Any, ops: list[tuple[Any, ...]]) -> list[Any]:
     """Put ``ops`` through an inbox; return everything it answered and left behind."""
-    from aoz.requests import ReplyStream
+    from aoz._mesh.requests import ReplyStream
 
     inbox = inbox_type(NODE, None)
     out: list[Any] = []
@@ -683,7 +683,7 @@ def test_an_inbox_keeps_its_deadline_heap_near_its_open_requests(inbox_type: Any
 
 
 def test_a_reply_handle_round_trips_through_both_inboxes() -> None:
-    from aoz.protocol.frames import parse_handle
+    from aoz._protocol.frames import parse_handle
 
     for inbox_type in filter(None, [_hotpath.Inbox, getattr(_speedups, "Inbox", None)]):
         inbox = inbox_type(NODE, None)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from aoz.discovery.nsd import NamingDaemon
+from aoz._discovery.nsd import NamingDaemon
 
 REPO = Path(__file__).resolve().parents[2]
 AOZ = Path(sys.executable).with_name("aoz")  # the installed console script

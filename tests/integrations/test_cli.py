@@ -74,8 +74,8 @@ async def test_sub_raw_prints_bodies_only(aoz_cli: Cli, aoz_node: aoz.Node) -> N
 async def test_sub_shows_the_rows_of_a_packed_frame_one_by_one(
     aoz_cli: Cli, aoz_node: aoz.Node
 ) -> None:
-    from aoz.protocol.frames import encode_publish
-    from aoz.protocol.packed import pack_rows
+    from aoz._protocol.frames import encode_publish
+    from aoz._protocol.packed import pack_rows
 
     sub = await aoz_cli("sub", "PACK.x", "--json", "--count", "3")
     await sub.wait_stderr("Listening on")

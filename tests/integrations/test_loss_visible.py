@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry
 
 import aoz
 import aoz.metrics
-from aoz.protocol.frames import encode_publish
-from aoz.protocol.sequence import encode_header
+from aoz._protocol.frames import encode_publish
+from aoz._protocol.sequence import encode_header
 
 from .test_metrics import value
 

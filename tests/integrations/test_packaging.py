@@ -92,10 +92,10 @@ def test_the_wheel_carries_the_license(wheel: Path) -> None:
         assert "MIT License" in zf.read(licenses[0]).decode()
         meta = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "License-Expression: MIT" in meta
-    assert "aoz/py.typed" in names and "aoz/_speedups.pyi" in names
+    assert "aoz/py.typed" in names and "aoz/_mesh/_speedups.pyi" in names
     assert "aoz/omnm/_fast.pyi" in names
     if shutil.which("cc") or shutil.which("gcc"):  # the compiled twins are in the wheel
-        assert any(n.startswith("aoz/_speedups.") and n.endswith(".so") for n in names), names
+        assert any(n.startswith("aoz/_mesh/_speedups.") and n.endswith(".so") for n in names), names
         assert any(n.startswith("aoz/omnm/_fast.") and n.endswith(".so") for n in names), names
     assert not any(n.endswith((".c", ".pyx")) for n in names), names
     assert (REPO / "LICENSE").read_text().startswith("MIT License")
@@ -146,7 +146,7 @@ def test_the_repaired_manylinux_wheel_imports_the_compiled_path(
     site = tmp_path / "site"
     with zipfile.ZipFile(repaired) as zf:
         zf.extractall(site)
-    code = ("import aoz, aoz._speedups as s, aoz.omnm._fast as f; "
+    code = ("import aoz, aoz._mesh._speedups as s, aoz.omnm._fast as f; "
             "print(aoz.hot_path(), s.__file__, aoz.omnm.implementation(), f.__file__)")
     env = {k: v for k, v in os.environ.items() if k != "AOZ_PURE_PYTHON"}
     env["PYTHONPATH"] = str(site)

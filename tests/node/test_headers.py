@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aoz
-from aoz.protocol.builder import FrameBuilder
-from aoz.protocol.codecs import Codec
-from aoz.protocol.frames import decode_frame
-from aoz.protocol.headers import data_start, parse_headers
+from aoz._protocol.builder import FrameBuilder
+from aoz._protocol.codecs import Codec
+from aoz._protocol.frames import decode_frame
+from aoz._protocol.headers import data_start, parse_headers
 
 
 class Quote(msgspec.Struct):

@@ -1,5 +1,5 @@
 """Packed frames (several rows of one subject in one ZeroMQ frame, what the Spark sink's
-sidecar sends; aoz.protocol.packed): the receiving node unpacks them, so `async for`
+sidecar sends; aoz._protocol.packed): the receiving node unpacks them, so `async for`
 sees one message per row and the subscription counts rows, dropped or not."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import asyncio
 import msgspec
 
 import aoz
-from aoz.protocol.codecs import Codec
-from aoz.protocol.frames import encode_publish
-from aoz.protocol.packed import pack_rows
+from aoz._protocol.codecs import Codec
+from aoz._protocol.frames import encode_publish
+from aoz._protocol.packed import pack_rows
 
 ENC = msgspec.msgpack.encode
 

@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 import aoz
-from aoz.protocol.sequence import HEADER_LEN
+from aoz._protocol.sequence import HEADER_LEN
 
 pytestmark = pytest.mark.timeout(30)
 

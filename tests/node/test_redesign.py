@@ -12,7 +12,7 @@ import zmq
 import zmq.asyncio
 
 import aoz
-import aoz.routing
+import aoz._mesh.routing
 from aoz.security import keypair
 
 from ..ports import free_port
@@ -59,7 +59,7 @@ async def test_a_failing_node_ends_subscriptions_with_an_error(
             sub = node.subscribe("boom")
             await node.wait_for_interest("boom")
             # the first frame on a subject is routed (then cached): on both hot paths
-            monkeypatch.setattr(aoz.routing.RoutingTable, "route", broken)
+            monkeypatch.setattr(aoz._mesh.routing.RoutingTable, "route", broken)
             await node.publish("boom", b"x")
             with pytest.raises(aoz.ClosedError) as inner:
                 async for _ in sub:

@@ -131,9 +131,9 @@ async def test_request_frames_on_the_wire_are_the_protocol_core_s() -> None:
     import zmq
     import zmq.asyncio
 
-    from aoz.protocol.builder import FrameBuilder
-    from aoz.protocol.codecs import Codec
-    from aoz.protocol.frames import decode_frame, encode_request
+    from aoz._protocol.builder import FrameBuilder
+    from aoz._protocol.codecs import Codec
+    from aoz._protocol.frames import decode_frame, encode_request
 
     ctx = zmq.asyncio.Context.instance()
     raw = ctx.socket(zmq.SUB)  # a responder that never answers: its filter counts
@@ -210,8 +210,8 @@ async def test_reply_frames_on_the_wire_are_the_protocol_core_s() -> None:
     import zmq
     import zmq.asyncio
 
-    from aoz.protocol.codecs import Codec, encode_payload
-    from aoz.protocol.frames import encode_reply, make_handle
+    from aoz._protocol.codecs import Codec, encode_payload
+    from aoz._protocol.frames import encode_reply, make_handle
 
     ctx = zmq.asyncio.Context.instance()
     pub = ctx.socket(zmq.PUB)  # the requester's publisher...

@@ -9,7 +9,7 @@ import zmq
 import zmq.asyncio
 
 import aoz
-from aoz.security import keypair, zap_reply
+from aoz._mesh.security import keypair, zap_reply
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -104,7 +104,7 @@ def test_a_bad_environment_variable_is_named() -> None:
 async def test_curve_keys_from_keygen_files(tmp_path: Path) -> None:
     """The curve_*_file settings read `aoz keygen`'s files: two nodes of a mesh whose
     keys all come from files talk, and the settings hold the keys the files do."""
-    from aoz.security import read_key, write_keypair
+    from aoz._mesh.security import read_key, write_keypair
 
     _, _, mesh_public = write_keypair(tmp_path / "mesh")
     _, _, a_public = write_keypair(tmp_path / "a")

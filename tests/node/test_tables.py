@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from aoz.interest import InterestSet
-from aoz.protocol.inbox import InboxTable
-from aoz.protocol.subjects import compile_pattern
-from aoz.routing import RoutingTable
+from aoz._mesh.interest import InterestSet
+from aoz._mesh.routing import RoutingTable
+from aoz._protocol.inbox import InboxTable
+from aoz._protocol.subjects import compile_pattern
 
 
 def test_routing_exact_then_wildcards_in_order() -> None:

@@ -7,7 +7,7 @@ import asyncio
 import anyio
 import pytest
 
-from aoz._tasks import TaskOwner
+from aoz._mesh.tasks import TaskOwner
 from aoz.errors import AozError
 
 

@@ -11,7 +11,7 @@ import pytest
 @pytest.mark.parametrize(
     "module",
     ["aoz.omnm._model", "aoz.omnm._codec", "aoz.omnm._json", "aoz.omnm._backend",
-     "aoz.protocol.codecs"],
+     "aoz._protocol.codecs"],
 )
 def test_docstring_examples(module: str) -> None:
     mod = importlib.import_module(module)

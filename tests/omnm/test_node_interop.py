@@ -14,8 +14,8 @@ import zmq.asyncio
 
 import aoz
 from aoz import omnm
+from aoz._protocol.sequence import parse_header
 from aoz.omnm import FieldType, Price
-from aoz.protocol.sequence import parse_header
 
 from .golden import by_name
 
@@ -204,7 +204,7 @@ class Tick(msgspec.Struct):
 
 
 def test_omnm_decodes_into_structs_with_plain_values() -> None:
-    from aoz.protocol.codecs import decode_payload, split_payload
+    from aoz._protocol.codecs import decode_payload, split_payload
 
     when = datetime.datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=datetime.UTC)
     data = omnm.encode({"bid": Price(1.25, 2), "ts": when, "extra": "ignored"})
@@ -212,7 +212,7 @@ def test_omnm_decodes_into_structs_with_plain_values() -> None:
 
 
 def test_codec_errors_are_aoz_errors() -> None:
-    from aoz.protocol.codecs import encode_payload
+    from aoz._protocol.codecs import encode_payload
 
     with pytest.raises(aoz.EncodeError, match="Verbatim"):
         encode_payload(b"not omnm", aoz.Codec.OMNM)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import msgspec
 
-from aoz.protocol.sequence import encode_header
+from aoz._protocol.sequence import encode_header
 from aoz.record.files import partition_dir, write_atomically
 from aoz.record.schema import build_tables
 

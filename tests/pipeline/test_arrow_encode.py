@@ -13,7 +13,7 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark")
 
-from aoz.protocol.packed import is_packed, unpack_rows  # noqa: E402
+from aoz._protocol.packed import is_packed, unpack_rows  # noqa: E402
 from aoz.spark.sidecar import decode_chunk  # noqa: E402
 from aoz.spark.sink import _Options, _RowEncoder  # noqa: E402
 

@@ -11,9 +11,9 @@ import pytest
 
 pytest.importorskip("pyarrow")
 
-from aoz.protocol.builder import FrameBuilder
-from aoz.protocol.codecs import Codec
-from aoz.protocol.headers import add_headers
+from aoz._protocol.builder import FrameBuilder
+from aoz._protocol.codecs import Codec
+from aoz._protocol.headers import add_headers
 from aoz.record import schema
 
 

@@ -20,12 +20,12 @@ pytest.importorskip("numpy")
 import pyarrow.dataset as ds  # noqa: E402
 
 from aoz import omnm  # noqa: E402
+from aoz._protocol.builder import FrameBuilder  # noqa: E402
+from aoz._protocol.codecs import Codec  # noqa: E402
+from aoz._protocol.frames import decode_frame, encode_request, make_handle  # noqa: E402
+from aoz._protocol.headers import add_headers  # noqa: E402
+from aoz._protocol.packed import pack_rows  # noqa: E402
 from aoz.errors import RequestTimeout  # noqa: E402
-from aoz.protocol.builder import FrameBuilder  # noqa: E402
-from aoz.protocol.codecs import Codec  # noqa: E402
-from aoz.protocol.frames import decode_frame, encode_request, make_handle  # noqa: E402
-from aoz.protocol.headers import add_headers  # noqa: E402
-from aoz.protocol.packed import pack_rows  # noqa: E402
 from aoz.record import Recorder, bulk, schema  # noqa: E402
 
 T0 = 1_764_000_000.0

@@ -257,8 +257,8 @@ async def test_packed_chunks_reach_a_deduplicator_row_by_row_exactly_once(aoz_no
 
 
 def test_the_sidecar_packs_runs_of_one_subject_in_row_order() -> None:
-    from aoz.protocol.frames import decode_frame
-    from aoz.protocol.packed import unpack_rows
+    from aoz._protocol.frames import decode_frame
+    from aoz._protocol.packed import unpack_rows
     from aoz.spark.sidecar import chunk_frames
 
     bodies = [bytes([i]) for i in range(10)]

@@ -1,5 +1,5 @@
-"""The publisher cache (aoz.cache) and its query/reply format
-(aoz.protocol.cachequery): round trips, strict parsing, bounds. Pure."""
+"""The publisher cache (aoz._mesh.cache) and its query/reply format
+(aoz._protocol.cachequery): round trips, strict parsing, bounds. Pure."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aoz
-from aoz.cache import CacheAnswers, PublishCache
-from aoz.protocol.builder import FrameBuilder
-from aoz.protocol.cachequery import (
+from aoz._mesh.cache import CacheAnswers, PublishCache
+from aoz._protocol.builder import FrameBuilder
+from aoz._protocol.cachequery import (
     HISTORY,
     LAST,
     MAX_CHUNK,
@@ -22,7 +22,7 @@ from aoz.protocol.cachequery import (
     encode_query,
     encode_reply,
 )
-from aoz.protocol.codecs import Codec
+from aoz._protocol.codecs import Codec
 
 patterns = st.text(min_size=1, max_size=40).filter(lambda t: len(t.encode()) <= 1024)
 queries = st.one_of(

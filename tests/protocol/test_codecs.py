@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aoz._protocol import codecs
+from aoz._protocol.codecs import Codec, decode_payload, encode_payload, split_payload
 from aoz.errors import DecodeError, EncodeError
-from aoz.protocol import codecs
-from aoz.protocol.codecs import Codec, decode_payload, encode_payload, split_payload
 
 
 class Quote(msgspec.Struct):

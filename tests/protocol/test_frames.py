@@ -6,8 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aoz.errors import DecodeError, SubjectError
-from aoz.protocol.frames import (
+from aoz._protocol.frames import (
     HANDLE_LEN,
     INBOX_PREFIX,
     MAX_SUBJECT,
@@ -22,6 +21,7 @@ from aoz.protocol.frames import (
     parse_handle,
     publish_header,
 )
+from aoz.errors import DecodeError, SubjectError
 
 SPEC_UUID = "3669840e-d043-11ea-adc2-fcaa146e6b01"
 SPEC_HANDLE = b"_INBOX.3669840e-d043-11ea-adc2-fcaa146e6b01.000000000000000a"

@@ -7,13 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aoz._mesh.heartbeat import Heartbeats
+from aoz._protocol import heartbeat as hb
+from aoz._protocol.builder import FrameBuilder
+from aoz._protocol.codecs import Codec
+from aoz._protocol.frames import Kind, decode_frame
+from aoz._protocol.sequence import SequenceTracker
 from aoz.errors import DecodeError
-from aoz.heartbeat import Heartbeats
-from aoz.protocol import heartbeat as hb
-from aoz.protocol.builder import FrameBuilder
-from aoz.protocol.codecs import Codec
-from aoz.protocol.frames import Kind, decode_frame
-from aoz.protocol.sequence import SequenceTracker
 
 subjects = st.text(st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)),
                    min_size=1, max_size=60).map(str.encode).filter(lambda b: len(b) <= 256)

@@ -5,8 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aoz.errors import DecodeError
-from aoz.protocol.frames import (
+from aoz._protocol.frames import (
     Kind,
     decode_frame,
     encode_publish,
@@ -15,7 +14,8 @@ from aoz.protocol.frames import (
     parse_handle,
     publish_subject_end,
 )
-from aoz.protocol.inbox import InboxTable
+from aoz._protocol.inbox import InboxTable
+from aoz.errors import DecodeError
 
 UUID = "3669840e-d043-11ea-adc2-fcaa146e6b01"
 

@@ -21,11 +21,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aoz
-from aoz.protocol import heartbeat as hb
-from aoz.protocol.builder import FrameBuilder
-from aoz.protocol.codecs import Codec, Verbatim, encode_payload
-from aoz.protocol.frames import Kind, decode_frame, make_handle
-from aoz.protocol.packed import pack_rows
+from aoz._protocol import heartbeat as hb
+from aoz._protocol.builder import FrameBuilder
+from aoz._protocol.codecs import Codec, Verbatim, encode_payload
+from aoz._protocol.frames import Kind, decode_frame, make_handle
+from aoz._protocol.packed import pack_rows
 from aoz.spark.sidecar import ChunkError, decode_chunk, encode_chunk
 
 #: payload ids of OpenMAMA 6.3.1's mama/msg.h (mamaPayloadType)
@@ -221,9 +221,9 @@ async def test_an_oz_catch_all_subscriber_gets_only_refused_heartbeats() -> None
 def test_cache_queries_and_replies_start_with_a_refused_byte(
     pattern: str, n: int, pub: int, frames: list[bytes]
 ) -> None:
-    """Cache queries and their answers (aoz.cache, issue #21) travel as request and reply
+    """Cache queries and their answers (aoz._mesh.cache, issue #21) travel as request and reply
     payloads: an OZ program subscribed to everything would see them."""
-    from aoz.protocol.cachequery import CacheQuery, encode_query, encode_reply
+    from aoz._protocol.cachequery import CacheQuery, encode_query, encode_reply
 
     q = encode_query(CacheQuery(kind=1, pattern=pattern, n=n))
     r = encode_query(CacheQuery(kind=2, pattern=pattern, publisher=pub, first=n, count=1))

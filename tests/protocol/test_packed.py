@@ -1,4 +1,4 @@
-"""Packed payloads (aoz.protocol.packed): the layout round-trips, and anything that does
+"""Packed payloads (aoz._protocol.packed): the layout round-trips, and anything that does
 not follow it is refused whole (the node then delivers the frame as it came)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aoz._protocol.packed import MAX_ROWS, is_packed, pack_rows, pack_span, unpack_rows
 from aoz.errors import DecodeError, EncodeError
-from aoz.protocol.packed import MAX_ROWS, is_packed, pack_rows, pack_span, unpack_rows
 
 
 @settings(max_examples=200, deadline=None)

@@ -8,14 +8,14 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from aoz.errors import SubjectError
-from aoz.protocol.subjects import (
+from aoz._protocol.subjects import (
     RESERVED_PREFIXES,
     Pattern,
     compile_pattern,
     is_reserved,
     subject_bytes,
 )
+from aoz.errors import SubjectError
 
 # ---------------------------------------------------------------- subjects
 
@@ -50,7 +50,7 @@ def test_subject_bytes_names_the_broken_rule(subject: object, rule: str) -> None
 
 
 def test_reserved_subjects() -> None:
-    assert RESERVED_PREFIXES == ("_INBOX.", "_NAMING", "_AOZ.")  # _AOZ.CACHE: aoz.cache
+    assert RESERVED_PREFIXES == ("_INBOX.", "_NAMING", "_AOZ.")  # _AOZ.CACHE: aoz._mesh.cache
     assert is_reserved("_INBOX.3669840e-d043-11ea-adc2-fcaa146e6b01")
     assert is_reserved("_NAMING")
     assert not is_reserved("_INBOX")
